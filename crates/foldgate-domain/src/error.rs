@@ -1,0 +1,60 @@
+//! Errors that belong to the domain: invalid input, and the stable codes the
+//! engine reports to clients.
+
+use std::fmt;
+
+/// A value from a client that cannot be turned into a domain type.
+///
+/// `field` is the argument's name as the client spelled it, so that the HTTP
+/// layer can answer `400` with `data.field` and the model can fix the call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid `{field}`: {reason}")]
+pub struct InvalidInput {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl InvalidInput {
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self { field, reason: reason.into() }
+    }
+}
+
+/// The stable, machine-readable error codes of the folding contract.
+///
+/// These strings are part of the public interface (tool results carry them as
+/// `error.code`); never rename one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidArgument,
+    SessionNotFound,
+    BranchNotFound,
+    BranchNotActive,
+    MaxDepthExceeded,
+    BudgetExhausted,
+    RateLimited,
+    ScrubbingFailed,
+    Internal,
+}
+
+impl ErrorCode {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid_argument",
+            Self::SessionNotFound => "session_not_found",
+            Self::BranchNotFound => "branch_not_found",
+            Self::BranchNotActive => "branch_not_active",
+            Self::MaxDepthExceeded => "max_depth_exceeded",
+            Self::BudgetExhausted => "budget_exhausted",
+            Self::RateLimited => "rate_limited",
+            Self::ScrubbingFailed => "scrubbing_failed",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,23 @@
+//! The vocabulary of context folding, free of I/O.
+//!
+//! Everything a client sends is parsed into one of these types at the edge, so
+//! that the engine and the store only ever see valid values: a [`SessionId`]
+//! has the documented character set, a [`Description`] is at most 500
+//! characters with control characters removed, a [`BudgetRequest`] has already
+//! been capped. The branch state machine ([`BranchStatus`]) and the budget
+//! arithmetic ([`Ledger`]) live here so that both store implementations agree
+//! on them.
+
+mod branch;
+mod budget;
+mod error;
+mod ids;
+mod text;
+mod timeout;
+
+pub use branch::{Branch, BranchStatus, EndReason, Outcome};
+pub use budget::{Allocation, BudgetPolicy, BudgetRequest, Consumption, Ledger, Tokens};
+pub use error::{ErrorCode, InvalidInput};
+pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
+pub use text::{Description, Message, Prompt, strip_control};
+pub use timeout::{TimeoutPolicy, TimeoutRequest};
