@@ -12,12 +12,16 @@ mod branch;
 mod budget;
 mod error;
 mod ids;
+mod limits;
+mod session;
 mod text;
 mod timeout;
 
 pub use branch::{Branch, BranchStatus, EndReason, Outcome};
 pub use budget::{Allocation, BudgetPolicy, BudgetRequest, Consumption, Ledger, Tokens};
 pub use error::{ErrorCode, InvalidInput};
+pub use limits::{LimitKind, Limits};
 pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
+pub use session::{Session, SessionStatus};
 pub use text::{Description, Message, Prompt, strip_control};
 pub use timeout::{TimeoutPolicy, TimeoutRequest};

@@ -1,0 +1,27 @@
+//! The folding use cases.
+//!
+//! [`FoldingService`] is what the MCP tools call: create a branch, return
+//! it, query it, charge tokens to it, end a session. It owns the rules that
+//! span several store operations — children are force-returned deepest first
+//! before their parent ends, the return message is scrubbed (fail closed)
+//! before anything is written, tokens are counted here and never taken from
+//! the agent. The [`supervisor`] runs the background reconcilers that fire
+//! deadlines, finish exhausted branches and end idle sessions.
+
+mod clock;
+mod config;
+mod error;
+mod scrub;
+mod service;
+pub mod supervisor;
+mod tokens;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{FoldingConfig, SupervisorConfig};
+pub use error::FoldError;
+pub use scrub::{ScrubFailure, Scrubbed, Scrubber, default_scrubber};
+pub use service::{
+    Consumed, CreateBranch, Created, FoldingService, Returned, ReturnBranch, SessionEnded,
+    StatusQuery,
+};
+pub use tokens::{Encoding, TokenCounter};

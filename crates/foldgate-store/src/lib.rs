@@ -1,0 +1,413 @@
+//! Persistence for context folding.
+//!
+//! The database is the source of truth: branch trees, token pools, limits and
+//! deadlines all live here, so a crashed or restarted process loses nothing
+//! and several replicas can share one Postgres. [`Store`] is the one
+//! interface; [`PgStore`] (production, several replicas) and [`SqliteStore`]
+//! (the zero-configuration default, one process) implement it.
+//!
+//! Every method takes the tenant first and every query filters by it, so one
+//! tenant's ids are simply not found from another tenant. Every state change
+//! is a single transaction whose transition is conditional on the branch
+//! still being `active`: when a return, a deadline and a budget exhaustion
+//! race, exactly one of them changes the row.
+
+mod ops;
+mod postgres;
+mod record;
+mod sql;
+mod sqlite;
+mod ts;
+
+use std::{fmt::Debug, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use foldgate_domain::{
+    Branch, BranchId, BranchStatus, BudgetPolicy, Consumption, BudgetRequest, EndReason, LimitKind, Limits,
+    Session, SessionId, Subject, TenantId, Tokens,
+};
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// What went wrong talking to the database. Refusals that belong to the
+/// folding contract (limits, depth, budget) are not errors here: they are
+/// returned as values ([`CreateRefusal`], [`Finished`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value that the domain does not accept: a bug or a manual edit.
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`")]
+    NotMigrated { applied: Option<i64>, latest: Option<i64> },
+    #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite:")]
+    UnsupportedUrl(String),
+}
+
+/// Where a new branch attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParentChoice {
+    /// The session's active branch (the most recent active branch with no
+    /// active child), or the session root if there is none.
+    Active,
+    /// A branch the client named, to fan out siblings.
+    Explicit(BranchId),
+}
+
+/// The rules a create is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateRules {
+    pub budget: BudgetPolicy,
+    pub max_depth: u32,
+    pub limits: Limits,
+}
+
+/// A branch to create, already validated by the domain types.
+#[derive(Debug, Clone)]
+pub struct NewBranch {
+    pub id: BranchId,
+    pub session_id: SessionId,
+    pub owner: Subject,
+    pub parent: ParentChoice,
+    pub description: String,
+    pub prompt: String,
+    pub budget: BudgetRequest,
+    /// Tokens of the prompt, charged to the branch at creation.
+    pub prompt_tokens: Tokens,
+    pub created_at: DateTime<Utc>,
+    pub deadline_at: DateTime<Utc>,
+    pub rules: CreateRules,
+}
+
+/// Why a create was refused. Nothing was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateRefusal {
+    /// The session belongs to another subject of the tenant.
+    SessionNotFound,
+    /// The named parent does not exist for this principal and session.
+    ParentNotFound,
+    /// The named parent has already ended.
+    ParentNotActive { status: BranchStatus },
+    MaxDepthExceeded { max_depth: u32 },
+    /// The parent cannot give `min_branch_budget`.
+    BudgetExhausted { available: Tokens },
+    /// The prompt alone would use up the branch's budget.
+    PromptOverBudget { prompt_tokens: Tokens, budget: Tokens },
+    Limited { limit: LimitKind, retry_after: Duration },
+}
+
+/// How a branch is being ended.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub status: BranchStatus,
+    pub reason: Option<EndReason>,
+    /// The scrubbed return message, for returns by the agent.
+    pub result: Option<String>,
+    /// Tokens of the return message, charged (up to what remains) with the
+    /// transition.
+    pub result_tokens: Tokens,
+    pub at: DateTime<Utc>,
+}
+
+/// What [`Store::finish`] did.
+#[derive(Debug, Clone)]
+pub enum Finished {
+    /// The transition happened; the branch as it now is.
+    Done(Box<Branch>),
+    /// No such branch for this tenant.
+    NotFound,
+    /// The branch had already ended: another transition won.
+    NotActive(BranchStatus),
+    /// A child became active after the caller cleaned up; clean up again.
+    HasActiveChildren,
+}
+
+/// A branch that the supervisor must force-return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueBranch {
+    pub tenant: TenantId,
+    pub id: BranchId,
+    pub depth: u32,
+    /// Budget exhaustion was recorded but the forced return did not happen
+    /// (the process stopped in between); otherwise the deadline passed.
+    pub reason: EndReason,
+}
+
+/// A session the supervisor must end for being idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleSession {
+    pub tenant: TenantId,
+    pub id: SessionId,
+}
+
+/// The folding store. See the crate documentation for its guarantees.
+#[async_trait]
+pub trait Store: Send + Sync + Debug {
+    /// Creates a branch: resolves its parent, checks ownership, depth, the
+    /// limits and the parent's pool, lends the budget and inserts the branch
+    /// as `active`, all in one transaction. Opens (or reopens) the session.
+    async fn create_branch(
+        &self,
+        tenant: &TenantId,
+        new: NewBranch,
+    ) -> Result<Result<Branch, CreateRefusal>, StoreError>;
+
+    async fn branch(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Branch>, StoreError>;
+
+    async fn session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> Result<Option<Session>, StoreError>;
+
+    /// The session's active branch: the most recently created active branch
+    /// that has no active child.
+    async fn active_branch(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Option<Branch>, StoreError>;
+
+    /// Active descendants of a branch, deepest first.
+    async fn active_descendants(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+    ) -> Result<Vec<BranchId>, StoreError>;
+
+    /// Active branches of a session, deepest first.
+    async fn active_in_session(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Vec<BranchId>, StoreError>;
+
+    /// Charges tokens to an active branch, capped at what remains; records
+    /// the 80% warning and exhaustion. `None` if the branch is not active.
+    async fn consume(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        tokens: Tokens,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Consumption>, StoreError>;
+
+    /// Ends an active branch that has no active children, and settles its
+    /// pool with its parent's (the unspent part is refunded).
+    async fn finish(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: Finish,
+    ) -> Result<Finished, StoreError>;
+
+    /// Marks an open session ended, if none of its branches is active.
+    /// Returns whether it did.
+    async fn end_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Fails every active branch of a session at once (`session_ended`), with
+    /// the same pool and limit bookkeeping as [`Store::finish`]. The last
+    /// resort when ending a session branch by branch ran out of time.
+    async fn fail_session_branches(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
+
+    /// Records activity on a session (it is not idle).
+    async fn touch_session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Claims up to `limit` active branches whose deadline passed or whose
+    /// budget ran out, deepest first, for `lease`: other replicas skip them
+    /// until it expires.
+    async fn claim_due_branches(
+        &self,
+        now: DateTime<Utc>,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<DueBranch>, StoreError>;
+
+    /// Claims up to `limit` open sessions with no activity since
+    /// `idle_since`, for `lease`.
+    async fn claim_idle_sessions(
+        &self,
+        idle_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<IdleSession>, StoreError>;
+
+    /// The earliest deadline of any active branch, to know when to wake up.
+    async fn next_deadline(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// Whether the database answers and the schema is migrated.
+    async fn ready(&self) -> Result<(), StoreError>;
+
+    /// Closes the connection pool.
+    async fn close(&self);
+}
+
+/// Connection settings shared by both backends.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `postgres://…`, `postgresql://…`, or `sqlite:PATH` / `sqlite://PATH`.
+    pub url: String,
+    pub max_connections: u32,
+    /// How long a request waits for a pooled connection before failing.
+    pub acquire_timeout: Duration,
+}
+
+impl ConnectOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self { url: url.into(), max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Which backend a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn of_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else {
+            Err(StoreError::UnsupportedUrl(redact_url(url)))
+        }
+    }
+}
+
+/// Connects to the database a URL names. With `migrate`, applies pending
+/// migrations first.
+pub async fn connect(options: &ConnectOptions, migrate: bool) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match Backend::of_url(&options.url)? {
+        Backend::Postgres => {
+            let store = PgStore::connect(options).await?;
+            if migrate {
+                store.migrate().await?;
+            }
+            Arc::new(store)
+        }
+        Backend::Sqlite => {
+            let store = SqliteStore::connect(options).await?;
+            if migrate {
+                store.migrate().await?;
+            }
+            Arc::new(store)
+        }
+    })
+}
+
+/// Applies pending migrations to the database a URL names.
+pub async fn migrate(options: &ConnectOptions) -> Result<(), StoreError> {
+    let store = connect(options, true).await?;
+    store.close().await;
+    Ok(())
+}
+
+/// A URL with any password replaced, safe to print.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Fails unless every migration this build knows is applied.
+pub(crate) fn check_migrated(
+    migrator: &sqlx::migrate::Migrator,
+    applied: Option<i64>,
+) -> Result<(), StoreError> {
+    let latest = migrator.iter().map(|m| m.version).max();
+    if latest.is_some() && applied < latest {
+        return Err(StoreError::NotMigrated { applied, latest });
+    }
+    Ok(())
+}
+
+pub(crate) fn due_branch(
+    tenant: String,
+    id: uuid::Uuid,
+    depth: i32,
+    exhausted: bool,
+) -> Result<DueBranch, StoreError> {
+    Ok(DueBranch {
+        tenant: TenantId::parse(&tenant).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        id: BranchId::from_uuid(id),
+        depth: u32::try_from(depth).map_err(|_| StoreError::Corrupt(format!("depth {depth}")))?,
+        reason: if exhausted { EndReason::BudgetExhausted } else { EndReason::DeadlineExceeded },
+    })
+}
+
+pub(crate) fn idle_session(tenant: &str, id: &str) -> Result<IdleSession, StoreError> {
+    let corrupt = |e: foldgate_domain::InvalidInput| StoreError::Corrupt(e.to_string());
+    Ok(IdleSession {
+        tenant: TenantId::parse(tenant).map_err(corrupt)?,
+        id: SessionId::parse(id).map_err(corrupt)?,
+    })
+}
+
+/// Seconds to wait, rounded up, at least one.
+pub(crate) fn retry_after(from: DateTime<Utc>, until: DateTime<Utc>) -> Duration {
+    let ms = (until - from).num_milliseconds().max(0);
+    let secs = u64::try_from(ms).unwrap_or(0).div_ceil(1000).max(1);
+    Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_by_url() {
+        assert_eq!(Backend::of_url("postgres://h/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::of_url("postgresql://h/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::of_url("sqlite://foldgate.db").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
+        let err = Backend::of_url("mysql://u:pw@h/db").unwrap_err().to_string();
+        assert!(!err.contains("pw"), "{err}");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        let t = DateTime::<Utc>::UNIX_EPOCH;
+        assert_eq!(retry_after(t, t + chrono::Duration::milliseconds(1)), Duration::from_secs(1));
+        assert_eq!(retry_after(t, t + chrono::Duration::milliseconds(1001)), Duration::from_secs(2));
+        assert_eq!(retry_after(t, t - chrono::Duration::seconds(3)), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,229 @@
+//! Test support: a fresh database per test on either backend, a folding
+//! service wired to it, and principals.
+//!
+//! Postgres tests need a server; the URL comes from
+//! `FOLDGATE_TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
+//! A test that cannot reach it fails: it never skips.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
+
+use std::{
+    sync::{Arc, OnceLock},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use foldgate_domain::{Principal, Subject, TenantId};
+use foldgate_engine::{
+    Clock, FoldingConfig, FoldingService, ScrubFailure, Scrubbed, Scrubber, SystemClock,
+    TokenCounter,
+};
+use foldgate_store::{ConnectOptions, PgStore, SqliteStore, Store};
+use sqlx::{Connection, Executor, postgres::PgConnectOptions};
+
+/// The Postgres server tests use.
+pub fn postgres_url() -> String {
+    std::env::var("FOLDGATE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// Which backend a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A fresh, migrated database: a new schema on the test Postgres server, or
+/// a new SQLite file in a temporary directory.
+#[derive(Debug)]
+pub struct TestDb {
+    pub backend: Backend,
+    /// A URL other processes can use to reach the same database.
+    pub url: String,
+    /// Postgres: the schema holding this test's tables.
+    schema: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Schemas of earlier runs older than this are dropped when a new test
+/// database is made, so that aborted runs do not pile up.
+const STALE_SCHEMA_SECS: u64 = 3600;
+
+fn unix_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> Self {
+        match backend {
+            Backend::Postgres => Self::postgres().await,
+            Backend::Sqlite => Self::sqlite().await,
+        }
+    }
+
+    pub async fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("foldgate.db").display());
+        let db = Self { backend: Backend::Sqlite, url, schema: None, _dir: Some(dir) };
+        db.connect().await.close().await;
+        db
+    }
+
+    pub async fn postgres() -> Self {
+        let url = postgres_url();
+        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap_or_else(|e| {
+            panic!(
+                "the Postgres test suite cannot reach its database at {url} ({e}); \
+                 start Postgres or set FOLDGATE_TEST_DATABASE_URL"
+            )
+        });
+        drop_stale_schemas(&mut admin).await;
+        let schema = format!("foldgate_test_{}_{}", unix_secs(), uuid::Uuid::new_v4().simple());
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .await
+            .expect("create test schema");
+        admin.close().await.ok();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+        let db = Self { backend: Backend::Postgres, url, schema: Some(schema), _dir: None };
+        db.connect().await.close().await;
+        db
+    }
+
+    /// A new store with its own connection pool (a "replica"), migrated.
+    pub async fn connect(&self) -> Arc<dyn Store> {
+        let options = ConnectOptions::new(self.url.clone());
+        match self.backend {
+            Backend::Sqlite => {
+                let store = SqliteStore::connect(&options).await.expect("open SQLite");
+                store.migrate().await.expect("migrate SQLite");
+                Arc::new(store)
+            }
+            Backend::Postgres => {
+                let connect: PgConnectOptions = self.url.parse().expect("Postgres URL");
+                let store = PgStore::connect_with(connect, &options).await.expect("connect");
+                store.migrate().await.expect("migrate Postgres");
+                Arc::new(store)
+            }
+        }
+    }
+
+    /// Drops the Postgres schema (SQLite files go with their directory).
+    pub async fn cleanup(self) {
+        if let Some(schema) = &self.schema {
+            if let Ok(mut admin) = sqlx::PgConnection::connect(&postgres_url()).await {
+                let _ = admin
+                    .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+                    .await;
+            }
+        }
+    }
+}
+
+async fn drop_stale_schemas(admin: &mut sqlx::PgConnection) {
+    let schemas: Vec<String> = sqlx::query_scalar(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'foldgate\\_test\\_%'",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap_or_default();
+    let cutoff = unix_secs().saturating_sub(STALE_SCHEMA_SECS);
+    for schema in schemas {
+        let created = schema.split('_').nth(2).and_then(|s| s.parse::<u64>().ok());
+        if created.is_some_and(|t| t < cutoff) {
+            let _ = admin
+                .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                .await;
+        }
+    }
+}
+
+/// One tokenizer for the whole test process (loading it takes a moment).
+pub fn token_counter() -> TokenCounter {
+    static COUNTER: OnceLock<TokenCounter> = OnceLock::new();
+    COUNTER
+        .get_or_init(|| TokenCounter::new(foldgate_engine::Encoding::default()).expect("tokenizer"))
+        .clone()
+}
+
+/// A principal from plain strings.
+pub fn principal(tenant: &str, sub: &str) -> Principal {
+    Principal::new(TenantId::parse(tenant).unwrap(), Subject::parse(sub).unwrap())
+}
+
+/// A scrubber that always fails, to prove the return path fails closed.
+#[derive(Debug, Clone, Copy)]
+pub struct FailingScrubber;
+
+impl Scrubber for FailingScrubber {
+    fn scrub(&self, _text: &str) -> Result<Scrubbed, ScrubFailure> {
+        Err(ScrubFailure("rule engine unavailable".into()))
+    }
+}
+
+/// Builds a folding service over a store.
+#[derive(Debug)]
+pub struct ServiceBuilder {
+    store: Arc<dyn Store>,
+    config: FoldingConfig,
+    clock: Arc<dyn Clock>,
+    scrubber: Arc<dyn Scrubber>,
+}
+
+impl ServiceBuilder {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            config: FoldingConfig::default(),
+            clock: Arc::new(SystemClock),
+            scrubber: foldgate_engine::default_scrubber().expect("built-in scrubber"),
+        }
+    }
+
+    pub fn config(mut self, config: FoldingConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn scrubber(mut self, scrubber: Arc<dyn Scrubber>) -> Self {
+        self.scrubber = scrubber;
+        self
+    }
+
+    pub fn build(self) -> Arc<FoldingService> {
+        Arc::new(FoldingService::new(
+            self.store,
+            token_counter(),
+            self.scrubber,
+            self.clock,
+            self.config,
+        ))
+    }
+}
+
+/// Active-branch counters as stored: (the tenant's, the deployment's).
+/// They must always equal the number of active branches.
+pub async fn active_counters(db: &TestDb, tenant: &str) -> (i64, i64) {
+    use sqlx::Row;
+    let q_tenant = "SELECT COALESCE((SELECT active_branches FROM tenant_usage WHERE tenant_id = $1), 0)";
+    let q_total = "SELECT active_branches FROM deployment_usage";
+    match db.backend {
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            let t: i64 = sqlx::query(q_tenant).bind(tenant).fetch_one(&mut c).await.unwrap().get(0);
+            let d: i64 = sqlx::query(q_total).fetch_one(&mut c).await.unwrap().get(0);
+            (t, d)
+        }
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            let t: i64 = sqlx::query(q_tenant).bind(tenant).fetch_one(&mut c).await.unwrap().get(0);
+            let d: i64 = sqlx::query(q_total).fetch_one(&mut c).await.unwrap().get(0);
+            (t, d)
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The engine's one error type.
+
+use std::time::Duration;
+
+use foldgate_domain::{BranchStatus, ErrorCode, InvalidInput, LimitKind, Tokens};
+use foldgate_store::StoreError;
+
+/// Why a folding operation did not happen. Every variant but `Store` is a
+/// refusal the client can act on; `Store` is an internal failure whose
+/// details must not reach the client.
+#[derive(Debug, thiserror::Error)]
+pub enum FoldError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error("session not found")]
+    SessionNotFound,
+    #[error("branch not found")]
+    BranchNotFound,
+    #[error("branch is not active (it is {status})")]
+    BranchNotActive { status: BranchStatus },
+    #[error("maximum branch depth {max_depth} exceeded")]
+    MaxDepthExceeded { max_depth: u32 },
+    #[error("the parent has only {available} tokens left, below the minimum branch budget")]
+    BudgetExhausted { available: Tokens },
+    #[error("the prompt needs {prompt_tokens} tokens but the branch budget is {budget}")]
+    PromptOverBudget { prompt_tokens: Tokens, budget: Tokens },
+    #[error("limit reached ({}): retry after {} s", limit.as_str(), retry_after.as_secs())]
+    RateLimited { limit: LimitKind, retry_after: Duration },
+    #[error("the message could not be scrubbed of secrets; nothing was returned")]
+    ScrubbingFailed,
+    #[error("storage failure")]
+    Store(#[from] StoreError),
+}
+
+impl FoldError {
+    /// The stable code clients see.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Invalid(_) => ErrorCode::InvalidArgument,
+            Self::SessionNotFound => ErrorCode::SessionNotFound,
+            Self::BranchNotFound => ErrorCode::BranchNotFound,
+            Self::BranchNotActive { .. } => ErrorCode::BranchNotActive,
+            Self::MaxDepthExceeded { .. } => ErrorCode::MaxDepthExceeded,
+            Self::BudgetExhausted { .. } | Self::PromptOverBudget { .. } => {
+                ErrorCode::BudgetExhausted
+            }
+            Self::RateLimited { .. } => ErrorCode::RateLimited,
+            Self::ScrubbingFailed => ErrorCode::ScrubbingFailed,
+            Self::Store(_) => ErrorCode::Internal,
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! The folding use cases.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use foldgate_domain::{
+    Branch, BranchId, BranchStatus, BudgetRequest, Consumption, Description, EndReason, Message,
+    Outcome, Principal, Prompt, SessionId, TenantId, TimeoutRequest, Tokens,
+};
+use foldgate_store::{CreateRefusal, CreateRules, Finish, Finished, NewBranch, ParentChoice, Store};
+use tokio::sync::Notify;
+
+use crate::{Clock, FoldError, FoldingConfig, Scrubber, TokenCounter};
+
+/// A validated `branch_create`.
+#[derive(Debug, Clone)]
+pub struct CreateBranch {
+    pub session_id: SessionId,
+    pub description: Description,
+    pub prompt: Prompt,
+    pub budget: BudgetRequest,
+    pub timeout: TimeoutRequest,
+    pub parent: Option<BranchId>,
+}
+
+impl CreateBranch {
+    /// Parses raw tool arguments; the error names the offending field.
+    pub fn parse(
+        config: &FoldingConfig,
+        session_id: &str,
+        description: &str,
+        prompt: Option<&str>,
+        budget: Option<i64>,
+        timeout_seconds: Option<i64>,
+        parent_branch_id: Option<&str>,
+    ) -> Result<Self, foldgate_domain::InvalidInput> {
+        Ok(Self {
+            session_id: SessionId::parse(session_id)?,
+            description: Description::parse(description)?,
+            prompt: Prompt::parse(prompt.unwrap_or_default())?,
+            budget: BudgetRequest::parse(budget, &config.budget)?,
+            timeout: TimeoutRequest::parse(timeout_seconds, &config.timeout)?,
+            parent: parent_branch_id
+                .map(|id| {
+                    BranchId::parse(id).map_err(|mut e| {
+                        e.field = "parent_branch_id";
+                        e
+                    })
+                })
+                .transpose()?,
+        })
+    }
+}
+
+/// A validated `branch_return`.
+#[derive(Debug, Clone)]
+pub struct ReturnBranch {
+    pub branch_id: BranchId,
+    pub message: Message,
+    pub outcome: Outcome,
+}
+
+/// What `branch_status` asks about.
+#[derive(Debug, Clone)]
+pub enum StatusQuery {
+    Branch(BranchId),
+    /// The session's active branch.
+    Session(SessionId),
+}
+
+/// A branch that was created.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub branch: Branch,
+    /// The request asked for more than it got (cap or parent's remainder).
+    pub budget_requested: Tokens,
+}
+
+/// A branch that was returned.
+#[derive(Debug, Clone)]
+pub struct Returned {
+    pub branch: Branch,
+    /// The scrubbed message, as stored and as given to the parent.
+    pub message: String,
+    pub redactions: u64,
+    /// Active descendants that were force-returned first, deepest first.
+    pub children_ended: Vec<BranchId>,
+}
+
+/// Tokens charged to a branch.
+#[derive(Debug, Clone, Copy)]
+pub struct Consumed {
+    pub consumption: Consumption,
+    /// The charge used up the budget and the branch was force-returned.
+    pub forced_return: bool,
+}
+
+/// A session that was ended.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionEnded {
+    /// Branches force-returned.
+    pub branches_ended: u64,
+    /// Ending branch by branch ran out of time and the rest were failed in
+    /// one transaction.
+    pub bulk_failed: bool,
+}
+
+/// How often a return re-runs child cleanup when children keep appearing.
+const CLEANUP_ROUNDS: usize = 16;
+
+/// The folding service. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct FoldingService {
+    store: Arc<dyn Store>,
+    tokens: TokenCounter,
+    scrubber: Arc<dyn Scrubber>,
+    clock: Arc<dyn Clock>,
+    config: FoldingConfig,
+    /// Wakes the deadline reconciler when a branch gets a deadline earlier
+    /// than its planned wake-up.
+    deadline_signal: Notify,
+    /// The reconciler's planned wake-up, in Unix milliseconds.
+    planned_wake_ms: AtomicI64,
+}
+
+impl FoldingService {
+    pub fn new(
+        store: Arc<dyn Store>,
+        tokens: TokenCounter,
+        scrubber: Arc<dyn Scrubber>,
+        clock: Arc<dyn Clock>,
+        config: FoldingConfig,
+    ) -> Self {
+        Self {
+            store,
+            tokens,
+            scrubber,
+            clock,
+            config,
+            deadline_signal: Notify::new(),
+            planned_wake_ms: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    pub fn config(&self) -> &FoldingConfig {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn tokens(&self) -> &TokenCounter {
+        &self.tokens
+    }
+
+    /// Opens a branch under the session's active branch (or the named
+    /// parent), lending it its budget from the parent's pool.
+    pub async fn create(&self, who: &Principal, req: CreateBranch) -> Result<Created, FoldError> {
+        let now = self.clock.now();
+        let deadline_at = now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
+        // The branch's starting context is its description and prompt.
+        let prompt_tokens =
+            self.tokens.count(req.description.as_str()) + self.tokens.count(req.prompt.as_str());
+        let new = NewBranch {
+            id: BranchId::generate(),
+            session_id: req.session_id,
+            owner: who.subject.clone(),
+            parent: req.parent.map_or(ParentChoice::Active, ParentChoice::Explicit),
+            description: req.description.into_string(),
+            prompt: req.prompt.into_string(),
+            budget: req.budget,
+            prompt_tokens,
+            created_at: now,
+            deadline_at,
+            rules: CreateRules {
+                budget: self.config.budget,
+                max_depth: self.config.max_depth,
+                limits: self.config.limits,
+            },
+        };
+        let branch = match self.store.create_branch(&who.tenant, new).await? {
+            Ok(branch) => branch,
+            Err(refusal) => return Err(refusal_error(refusal)),
+        };
+        self.signal_deadline(branch.deadline_at);
+        tracing::info!(
+            tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
+            depth = branch.depth, budget = branch.ledger.budget, "branch created"
+        );
+        Ok(Created { branch, budget_requested: req.budget.tokens() })
+    }
+
+    /// Returns a branch: scrubs the message (failing closed), force-returns
+    /// the branch's active descendants deepest first, then completes it.
+    pub async fn return_branch(
+        &self,
+        who: &Principal,
+        req: ReturnBranch,
+    ) -> Result<Returned, FoldError> {
+        let branch = self.owned_branch(who, req.branch_id).await?;
+        if branch.status != BranchStatus::Active {
+            return Err(FoldError::BranchNotActive { status: branch.status });
+        }
+        // Scrub before anything changes, so that a scrubbing failure leaves
+        // the whole tree as it was.
+        let scrubbed = self.scrubber.scrub(req.message.as_str()).map_err(|e| {
+            tracing::error!(tenant = %who.tenant, branch_id = %req.branch_id, error = %e,
+                "scrubbing failed; the return was refused");
+            FoldError::ScrubbingFailed
+        })?;
+        let (status, reason) = req.outcome.end();
+        let finish = Finish {
+            status,
+            reason,
+            result_tokens: self.tokens.count(&scrubbed.text),
+            result: Some(scrubbed.text.clone()),
+            at: self.clock.now(),
+        };
+        let (branch, children_ended) =
+            self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
+        tracing::info!(
+            tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
+            tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
+            children_ended = children_ended.len(), "branch returned"
+        );
+        Ok(Returned {
+            branch,
+            message: scrubbed.text,
+            redactions: scrubbed.redactions,
+            children_ended,
+        })
+    }
+
+    /// A branch, or the session's active branch (`None` if it has none).
+    pub async fn status(
+        &self,
+        who: &Principal,
+        query: StatusQuery,
+    ) -> Result<Option<Branch>, FoldError> {
+        match query {
+            StatusQuery::Branch(id) => self.owned_branch(who, id).await.map(Some),
+            StatusQuery::Session(session) => {
+                // Another principal's session looks exactly like an empty one.
+                let Some(found) = self.store.session(&who.tenant, &session).await? else {
+                    return Ok(None);
+                };
+                if found.owner != who.subject {
+                    return Ok(None);
+                }
+                Ok(self.store.active_branch(&who.tenant, &session).await?)
+            }
+        }
+    }
+
+    /// Charges tokens to a branch, as metered by the gateway. A charge that
+    /// uses up the budget force-returns the branch (`timeout`,
+    /// `budget_exhausted`).
+    pub async fn consume(
+        &self,
+        who: &Principal,
+        id: BranchId,
+        tokens: Tokens,
+    ) -> Result<Consumed, FoldError> {
+        let branch = self.owned_branch(who, id).await?;
+        let now = self.clock.now();
+        let Some(consumption) = self.store.consume(&who.tenant, id, tokens, now).await? else {
+            let status = self.owned_branch(who, id).await?.status;
+            return Err(FoldError::BranchNotActive { status });
+        };
+        if consumption.warning {
+            tracing::warn!(
+                tenant = %who.tenant, branch_id = %id, used = consumption.ledger.used,
+                budget = consumption.ledger.budget, "branch has used 80% of its budget"
+            );
+        }
+        self.store.touch_session(&who.tenant, &branch.session_id, now).await?;
+        let mut forced_return = false;
+        if consumption.exhausted {
+            forced_return = self
+                .force_return(&who.tenant, id, EndReason::BudgetExhausted)
+                .await?
+                .is_some();
+        }
+        Ok(Consumed { consumption, forced_return })
+    }
+
+    /// Ends a session: force-returns every active branch deepest first,
+    /// within `session_end_timeout`; whatever is left then is failed at once.
+    pub async fn end_session(
+        &self,
+        who: &Principal,
+        session: &SessionId,
+    ) -> Result<SessionEnded, FoldError> {
+        let found = self.store.session(&who.tenant, session).await?;
+        if found.is_none_or(|s| s.owner != who.subject) {
+            return Err(FoldError::SessionNotFound);
+        }
+        self.end_session_of(&who.tenant, session).await
+    }
+
+    /// Ends a session on behalf of the gateway (idle timeout).
+    pub async fn end_session_of(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<SessionEnded, FoldError> {
+        let mut ended = 0;
+        let one_by_one = async {
+            for id in self.store.active_in_session(tenant, session).await? {
+                if self.force_return(tenant, id, EndReason::SessionEnded).await?.is_some() {
+                    ended += 1;
+                }
+            }
+            Ok::<_, FoldError>(())
+        };
+        let bulk_failed =
+            match tokio::time::timeout(self.config.session_end_timeout, one_by_one).await {
+                Ok(result) => {
+                    result?;
+                    false
+                }
+                Err(_elapsed) => {
+                    tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
+                    let now = self.clock.now();
+                    ended += self.store.fail_session_branches(tenant, session, now).await?;
+                    true
+                }
+            };
+        let now = self.clock.now();
+        if !self.store.end_session(tenant, session, now).await? {
+            // A branch was created while we were ending; it is a new use of
+            // the session, which stays open.
+            tracing::info!(%tenant, %session, "session stayed open: a branch was created meanwhile");
+        }
+        tracing::info!(%tenant, %session, branches_ended = ended, bulk_failed, "session ended");
+        Ok(SessionEnded { branches_ended: ended, bulk_failed })
+    }
+
+    /// Force-returns a branch and, first, its active descendants (deepest
+    /// first, `parent_returning`). `None` if it had already ended.
+    pub async fn force_return(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        reason: EndReason,
+    ) -> Result<Option<Branch>, FoldError> {
+        let finish = Finish {
+            status: reason.status(),
+            reason: Some(reason),
+            result: None,
+            result_tokens: 0,
+            at: self.clock.now(),
+        };
+        let child_reason = match reason {
+            EndReason::SessionEnded => EndReason::SessionEnded,
+            _ => EndReason::ParentReturning,
+        };
+        match self.end_tree(tenant, id, finish, child_reason).await {
+            Ok((branch, _)) => {
+                tracing::info!(%tenant, branch_id = %id, %reason, "branch force-returned");
+                Ok(Some(branch))
+            }
+            Err(FoldError::BranchNotActive { .. } | FoldError::BranchNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends a branch after ending its active descendants, deepest first.
+    async fn end_tree(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: Finish,
+        child_reason: EndReason,
+    ) -> Result<(Branch, Vec<BranchId>), FoldError> {
+        let mut children_ended = Vec::new();
+        for _ in 0..CLEANUP_ROUNDS {
+            for child in self.store.active_descendants(tenant, id).await? {
+                let child_finish = Finish {
+                    status: child_reason.status(),
+                    reason: Some(child_reason),
+                    result: None,
+                    result_tokens: 0,
+                    at: self.clock.now(),
+                };
+                if let Finished::Done(_) = self.store.finish(tenant, child, child_finish).await? {
+                    children_ended.push(child);
+                }
+            }
+            let finish = Finish { at: self.clock.now(), ..finish.clone() };
+            match self.store.finish(tenant, id, finish).await? {
+                Finished::Done(branch) => return Ok((*branch, children_ended)),
+                Finished::NotFound => return Err(FoldError::BranchNotFound),
+                Finished::NotActive(status) => return Err(FoldError::BranchNotActive { status }),
+                // A child was created after the cleanup: clean up again.
+                Finished::HasActiveChildren => {}
+            }
+        }
+        Err(FoldError::RateLimited {
+            limit: foldgate_domain::LimitKind::SessionCreationRate,
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// A branch the principal may see: another tenant's or another owner's
+    /// branch is not found.
+    async fn owned_branch(&self, who: &Principal, id: BranchId) -> Result<Branch, FoldError> {
+        match self.store.branch(&who.tenant, id).await? {
+            Some(branch) if branch.owner == who.subject => Ok(branch),
+            _ => Err(FoldError::BranchNotFound),
+        }
+    }
+
+    /// Tells the deadline reconciler about a deadline, if it is earlier than
+    /// its planned wake-up.
+    fn signal_deadline(&self, deadline: DateTime<Utc>) {
+        if deadline.timestamp_millis() < self.planned_wake_ms.load(Ordering::Acquire) {
+            self.deadline_signal.notify_one();
+        }
+    }
+
+    /// Used by the deadline reconciler: records its planned wake-up and
+    /// returns the signal that cuts its sleep short.
+    pub(crate) fn plan_wake(&self, at: DateTime<Utc>) -> &Notify {
+        self.planned_wake_ms.store(at.timestamp_millis(), Ordering::Release);
+        &self.deadline_signal
+    }
+}
+
+fn refusal_error(refusal: CreateRefusal) -> FoldError {
+    match refusal {
+        CreateRefusal::SessionNotFound => FoldError::SessionNotFound,
+        CreateRefusal::ParentNotFound => FoldError::BranchNotFound,
+        CreateRefusal::ParentNotActive { status } => FoldError::BranchNotActive { status },
+        CreateRefusal::MaxDepthExceeded { max_depth } => FoldError::MaxDepthExceeded { max_depth },
+        CreateRefusal::BudgetExhausted { available } => FoldError::BudgetExhausted { available },
+        CreateRefusal::PromptOverBudget { prompt_tokens, budget } => {
+            FoldError::PromptOverBudget { prompt_tokens, budget }
+        }
+        CreateRefusal::Limited { limit, retry_after } => {
+            FoldError::RateLimited { limit, retry_after }
+        }
+    }
+}

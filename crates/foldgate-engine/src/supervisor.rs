@@ -1,0 +1,206 @@
+//! Background reconcilers.
+//!
+//! Each reconciler is activated by a timer (and the deadline reconciler also
+//! by a signal when a nearer deadline appears), takes no input, reads what
+//! is due from the database and acts on it. Activations are idempotent: the
+//! store's conditional transitions make a second firing a no-op, and claims
+//! with a lease (`FOR UPDATE SKIP LOCKED` on Postgres) keep replicas from
+//! doing the same work. Because the database is the source of truth, the
+//! first activation after a start fires every deadline that passed while the
+//! process was down.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use foldgate_domain::{BranchId, EndReason};
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::{FoldError, FoldingService, SupervisorConfig};
+
+/// What one activation of a reconciler did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// When the pass ran.
+    pub at: Option<DateTime<Utc>>,
+    /// Branches force-returned by this pass, with the reason.
+    pub fired: Vec<(BranchId, EndReason)>,
+    /// Sessions ended by this pass.
+    pub sessions_ended: u64,
+    /// The error that cut the pass short, if any (it is retried next time).
+    pub error: Option<String>,
+}
+
+/// Fires deadlines and finishes branches whose budget ran out.
+#[derive(Debug, Clone)]
+pub struct DeadlineReconciler {
+    service: Arc<FoldingService>,
+    config: SupervisorConfig,
+}
+
+impl DeadlineReconciler {
+    pub fn new(service: Arc<FoldingService>, config: SupervisorConfig) -> Self {
+        Self { service, config }
+    }
+
+    /// One pass: claims due branches batch by batch, deepest first, and
+    /// force-returns each.
+    pub async fn activate(&self) -> Pass {
+        let now = self.service.clock().now();
+        let mut pass = Pass { at: Some(now), ..Pass::default() };
+        if let Err(e) = self.fire_due(now, &mut pass).await {
+            tracing::error!(error = %e, "deadline pass failed");
+            pass.error = Some(e.to_string());
+        }
+        pass
+    }
+
+    async fn fire_due(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
+        let store = self.service.store();
+        loop {
+            let mut due =
+                store.claim_due_branches(now, self.config.claim_lease, self.config.batch_size).await?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            due.sort_by(|a, b| b.depth.cmp(&a.depth));
+            for branch in &due {
+                let fired = self.service.force_return(&branch.tenant, branch.id, branch.reason).await?;
+                if let Some(fired) = fired {
+                    let late = now - fired.deadline_at;
+                    tracing::debug!(branch_id = %fired.id, reason = %branch.reason,
+                        late_ms = late.num_milliseconds(), "deadline fired");
+                    pass.fired.push((fired.id, branch.reason));
+                }
+            }
+            if due.len() < self.config.batch_size as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    /// How long to sleep: until the earliest deadline, at most the poll
+    /// interval.
+    async fn next_wake(&self) -> DateTime<Utc> {
+        let now = self.service.clock().now();
+        let poll = now + chrono::Duration::from_std(self.config.deadline_poll_interval).unwrap_or_default();
+        match self.service.store().next_deadline().await {
+            Ok(Some(deadline)) => deadline.clamp(now, poll),
+            Ok(None) => poll,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the next deadline");
+                poll
+            }
+        }
+    }
+
+    async fn run(self, cancel: CancellationToken, status: watch::Sender<Pass>) {
+        loop {
+            let pass = self.activate().await;
+            status.send_replace(pass);
+            let wake = self.next_wake().await;
+            let signal = self.service.plan_wake(wake);
+            let sleep = (wake - self.service.clock().now()).to_std().unwrap_or(Duration::ZERO);
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(sleep) => {}
+                () = signal.notified() => {}
+            }
+        }
+    }
+}
+
+/// Ends sessions that have been idle for `session_idle_timeout`.
+#[derive(Debug, Clone)]
+pub struct IdleSessionReconciler {
+    service: Arc<FoldingService>,
+    config: SupervisorConfig,
+}
+
+impl IdleSessionReconciler {
+    pub fn new(service: Arc<FoldingService>, config: SupervisorConfig) -> Self {
+        Self { service, config }
+    }
+
+    pub async fn activate(&self) -> Pass {
+        let now = self.service.clock().now();
+        let mut pass = Pass { at: Some(now), ..Pass::default() };
+        if let Err(e) = self.end_idle(now, &mut pass).await {
+            tracing::error!(error = %e, "idle-session pass failed");
+            pass.error = Some(e.to_string());
+        }
+        pass
+    }
+
+    async fn end_idle(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
+        let idle = chrono::Duration::from_std(self.service.config().session_idle_timeout)
+            .unwrap_or(chrono::Duration::MAX);
+        let idle_since = now.checked_sub_signed(idle).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        loop {
+            let sessions = self
+                .service
+                .store()
+                .claim_idle_sessions(idle_since, now, self.config.claim_lease, self.config.batch_size)
+                .await?;
+            for session in &sessions {
+                let ended = self.service.end_session_of(&session.tenant, &session.id).await?;
+                tracing::info!(tenant = %session.tenant, session_id = %session.id,
+                    branches_ended = ended.branches_ended, "idle session ended");
+                pass.sessions_ended += 1;
+            }
+            if sessions.len() < self.config.batch_size as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn run(self, cancel: CancellationToken, status: watch::Sender<Pass>) {
+        let mut interval = tokio::time::interval(self.config.idle_poll_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = interval.tick() => {}
+            }
+            status.send_replace(self.activate().await);
+        }
+    }
+}
+
+/// The running reconcilers.
+#[derive(Debug)]
+pub struct Supervisor {
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    /// The last pass of the deadline reconciler.
+    pub deadlines: watch::Receiver<Pass>,
+    /// The last pass of the idle-session reconciler.
+    pub idle_sessions: watch::Receiver<Pass>,
+}
+
+impl Supervisor {
+    /// Starts the reconcilers. Their first passes run at once, recovering
+    /// whatever fell due while no process was running.
+    pub fn spawn(service: Arc<FoldingService>, config: SupervisorConfig) -> Self {
+        let cancel = CancellationToken::new();
+        let (deadline_tx, deadlines) = watch::channel(Pass::default());
+        let (idle_tx, idle_sessions) = watch::channel(Pass::default());
+        let deadline = DeadlineReconciler::new(Arc::clone(&service), config.clone());
+        let idle = IdleSessionReconciler::new(service, config);
+        let tasks = vec![
+            tokio::spawn(deadline.run(cancel.clone(), deadline_tx)),
+            tokio::spawn(idle.run(cancel.clone(), idle_tx)),
+        ];
+        Self { cancel, tasks, deadlines, idle_sessions }
+    }
+
+    /// Stops the reconcilers after their current pass.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "a reconciler task failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! The multi-step operations, written once for both backends.
+//!
+//! Each runs inside one transaction that the backend opened (`SELECT … FOR
+//! UPDATE` row locks on Postgres, `BEGIN IMMEDIATE` on SQLite) and reaches the
+//! database only through [`Tx`], whose methods are single statements. Rows
+//! are always locked in the same order — branch rows deepest first, then the
+//! session, then the tenant's and the deployment's counters — so concurrent
+//! operations never deadlock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use foldgate_domain::{
+    Branch, BranchId, BranchStatus, Consumption, EndReason, LimitKind, Ledger, Limits, SessionId,
+    Subject, TenantId, Tokens,
+};
+use uuid::Uuid;
+
+use crate::{
+    CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
+    record::{BranchRow, SessionRow, db_tokens, ledger},
+    retry_after,
+};
+
+/// How busy a session is, read under its lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLoad {
+    pub active: i64,
+    pub earliest_deadline: Option<DateTime<Utc>>,
+    /// Branches created since the start of the rate window.
+    pub recent: i64,
+    pub oldest_recent: Option<DateTime<Utc>>,
+}
+
+/// The statements of one backend, run inside an open transaction.
+#[async_trait]
+pub(crate) trait Tx: Send {
+    async fn insert_session_if_absent(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+        owner: &Subject,
+        budget: Tokens,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    async fn lock_session(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Option<SessionRow>, StoreError>;
+
+    /// Opens an ended session again with a fresh pool and records activity.
+    async fn open_session(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+        budget: Tokens,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    async fn lock_branch(
+        &mut self,
+        tenant: &TenantId,
+        id: Uuid,
+    ) -> Result<Option<BranchRow>, StoreError>;
+
+    async fn active_branch_id(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Option<Uuid>, StoreError>;
+
+    async fn session_load(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+        window_start: DateTime<Utc>,
+    ) -> Result<SessionLoad, StoreError>;
+
+    /// Counts one more active branch for the tenant and the deployment if
+    /// both are under their limits; otherwise names the limit reached.
+    async fn take_slot(
+        &mut self,
+        tenant: &TenantId,
+        limits: &Limits,
+    ) -> Result<Option<LimitKind>, StoreError>;
+
+    async fn release_slot(&mut self, tenant: &TenantId) -> Result<(), StoreError>;
+
+    /// Lends `amount` from a parent branch, or from the session's root pool
+    /// when `parent` is `None`.
+    async fn lend(
+        &mut self,
+        tenant: &TenantId,
+        session: &str,
+        parent: Option<Uuid>,
+        amount: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Gives a parent back a child's loan, keeping what the child spent.
+    async fn settle(
+        &mut self,
+        tenant: &TenantId,
+        session: &str,
+        parent: Option<Uuid>,
+        child_budget: i64,
+        child_used: i64,
+    ) -> Result<(), StoreError>;
+
+    async fn insert_branch(&mut self, row: &BranchRow) -> Result<(), StoreError>;
+
+    /// The conditional transition: only an `active` branch with no active
+    /// child changes. Returns the branch as it now is.
+    async fn end_branch(
+        &mut self,
+        tenant: &TenantId,
+        id: Uuid,
+        finish: &Finish,
+    ) -> Result<Option<BranchRow>, StoreError>;
+
+    async fn record_consumption(
+        &mut self,
+        tenant: &TenantId,
+        id: Uuid,
+        used: i64,
+        warned_at: Option<DateTime<Utc>>,
+        exhausted_at: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError>;
+
+    async fn touch_session(
+        &mut self,
+        tenant: &TenantId,
+        session: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Active branches of a session, deepest first.
+    async fn active_in_session(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Vec<Uuid>, StoreError>;
+}
+
+/// How often an implicit parent may end under us before we give up.
+const PARENT_RESOLUTION_ATTEMPTS: usize = 8;
+/// The sliding window of the per-session creation rate.
+const RATE_WINDOW: chrono::Duration = chrono::Duration::seconds(60);
+/// What we tell a client refused by a tenant or deployment concurrency limit:
+/// we cannot know when another branch ends, so ask it to try again soon.
+const SLOT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+pub(crate) async fn create<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    new: &NewBranch,
+) -> Result<Result<Branch, CreateRefusal>, StoreError> {
+    let rules = &new.rules;
+    let at = new.created_at;
+    tx.insert_session_if_absent(tenant, &new.session_id, &new.owner, rules.budget.session_budget, at)
+        .await?;
+
+    // The parent branch is locked before the session (see the module docs).
+    let parent = match new.parent {
+        ParentChoice::Explicit(id) => {
+            let Some(row) = tx.lock_branch(tenant, id.as_uuid()).await? else {
+                return Ok(Err(CreateRefusal::ParentNotFound));
+            };
+            if row.session_id != new.session_id.as_str() || row.owner_sub != new.owner.as_str() {
+                return Ok(Err(CreateRefusal::ParentNotFound));
+            }
+            if row.status != BranchStatus::Active.as_str() {
+                let status = row.status.parse().map_err(StoreError::Corrupt)?;
+                return Ok(Err(CreateRefusal::ParentNotActive { status }));
+            }
+            Some(row)
+        }
+        ParentChoice::Active => lock_active_branch(tx, tenant, &new.session_id).await?,
+    };
+
+    let session = tx
+        .lock_session(tenant, &new.session_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("session row missing after insert".into()))?;
+    if session.owner_sub != new.owner.as_str() {
+        return Ok(Err(CreateRefusal::SessionNotFound));
+    }
+    let mut root = ledger(session.budget, session.used, session.reserved)?;
+    if session.status == "ended" {
+        tx.open_session(tenant, &new.session_id, rules.budget.session_budget, at).await?;
+        root = Ledger::new(rules.budget.session_budget);
+    } else {
+        tx.touch_session(tenant, new.session_id.as_str(), at).await?;
+    }
+
+    let depth = parent.as_ref().map_or(1, |p| p.depth.saturating_add(1));
+    if u32::try_from(depth).unwrap_or(u32::MAX) > rules.max_depth {
+        return Ok(Err(CreateRefusal::MaxDepthExceeded { max_depth: rules.max_depth }));
+    }
+
+    let load = tx.session_load(tenant, &new.session_id, at - RATE_WINDOW).await?;
+    if load.active >= i64::from(rules.limits.max_active_per_session) {
+        let until = load.earliest_deadline.unwrap_or(at);
+        return Ok(Err(CreateRefusal::Limited {
+            limit: LimitKind::SessionActive,
+            retry_after: retry_after(at, until),
+        }));
+    }
+    if load.recent >= i64::from(rules.limits.creations_per_minute) {
+        let until = load.oldest_recent.unwrap_or(at) + RATE_WINDOW;
+        return Ok(Err(CreateRefusal::Limited {
+            limit: LimitKind::SessionCreationRate,
+            retry_after: retry_after(at, until),
+        }));
+    }
+
+    let pool = match &parent {
+        Some(p) => ledger(p.budget, p.used, p.reserved)?,
+        None => root,
+    };
+    let granted = match pool.allocate(new.budget, rules.budget.min_branch_budget) {
+        Ok(allocation) => allocation.granted,
+        Err(available) => return Ok(Err(CreateRefusal::BudgetExhausted { available })),
+    };
+    if new.prompt_tokens >= granted {
+        return Ok(Err(CreateRefusal::PromptOverBudget {
+            prompt_tokens: new.prompt_tokens,
+            budget: granted,
+        }));
+    }
+
+    if let Some(limit) = tx.take_slot(tenant, &rules.limits).await? {
+        return Ok(Err(CreateRefusal::Limited { limit, retry_after: SLOT_RETRY_AFTER }));
+    }
+    let parent_id = parent.as_ref().map(|p| p.id);
+    tx.lend(tenant, new.session_id.as_str(), parent_id, db_tokens(granted)).await?;
+
+    let charge = Ledger::new(granted).consume(new.prompt_tokens, false);
+    let row = BranchRow {
+        id: new.id.as_uuid(),
+        tenant_id: tenant.as_str().to_owned(),
+        session_id: new.session_id.as_str().to_owned(),
+        owner_sub: new.owner.as_str().to_owned(),
+        parent_id,
+        depth,
+        description: new.description.clone(),
+        prompt: new.prompt.clone(),
+        budget: db_tokens(granted),
+        used: db_tokens(charge.ledger.used),
+        reserved: 0,
+        status: BranchStatus::Active.as_str().to_owned(),
+        reason: None,
+        created_at: at,
+        deadline_at: new.deadline_at,
+        completed_at: None,
+        warned_at: charge.warning.then_some(at),
+        result: None,
+    };
+    tx.insert_branch(&row).await?;
+    Ok(Ok(row.try_into()?))
+}
+
+/// Finds and locks the session's active branch. Between finding it and
+/// locking it, it may end or gain a child; then look again.
+async fn lock_active_branch<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> Result<Option<BranchRow>, StoreError> {
+    for _ in 0..PARENT_RESOLUTION_ATTEMPTS {
+        let Some(id) = tx.active_branch_id(tenant, session).await? else {
+            return Ok(None);
+        };
+        if let Some(row) = tx.lock_branch(tenant, id).await? {
+            if row.status == BranchStatus::Active.as_str() {
+                return Ok(Some(row));
+            }
+        }
+    }
+    Err(StoreError::Corrupt("the session's active branch kept changing".into()))
+}
+
+pub(crate) async fn finish<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    id: BranchId,
+    finish: &Finish,
+) -> Result<Finished, StoreError> {
+    let Some(row) = tx.end_branch(tenant, id.as_uuid(), finish).await? else {
+        return Ok(match tx.lock_branch(tenant, id.as_uuid()).await? {
+            None => Finished::NotFound,
+            Some(row) if row.status == BranchStatus::Active.as_str() => {
+                Finished::HasActiveChildren
+            }
+            Some(row) => Finished::NotActive(
+                row.status.parse().map_err(StoreError::Corrupt)?,
+            ),
+        });
+    };
+    tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used).await?;
+    tx.touch_session(tenant, &row.session_id, finish.at).await?;
+    tx.release_slot(tenant).await?;
+    Ok(Finished::Done(Box::new(row.try_into()?)))
+}
+
+pub(crate) async fn consume<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    id: BranchId,
+    tokens: Tokens,
+    at: DateTime<Utc>,
+) -> Result<Option<Consumption>, StoreError> {
+    let Some(row) = tx.lock_branch(tenant, id.as_uuid()).await? else {
+        return Ok(None);
+    };
+    if row.status != BranchStatus::Active.as_str() {
+        return Ok(None);
+    }
+    let charge = ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
+    if charge.granted > 0 || charge.exhausted {
+        tx.record_consumption(
+            tenant,
+            row.id,
+            db_tokens(charge.ledger.used),
+            charge.warning.then_some(at),
+            charge.exhausted.then_some(at),
+        )
+        .await?;
+    }
+    Ok(Some(charge))
+}
+
+/// Fails every active branch of a session, deepest first, in one
+/// transaction. Returns how many it ended.
+pub(crate) async fn fail_session_branches<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    session: &SessionId,
+    at: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let finish = Finish {
+        status: EndReason::SessionEnded.status(),
+        reason: Some(EndReason::SessionEnded),
+        result: None,
+        result_tokens: 0,
+        at,
+    };
+    let mut ended = 0;
+    for id in tx.active_in_session(tenant, session).await? {
+        if let Finished::Done(_) = self::finish(tx, tenant, BranchId::from_uuid(id), &finish).await? {
+            ended += 1;
+        }
+    }
+    Ok(ended)
+}

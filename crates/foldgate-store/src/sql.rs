@@ -1,0 +1,617 @@
+//! The statements and the [`Store`] implementation shared by both backends.
+//!
+//! Postgres and SQLite accept the same SQL here (numbered `$N` parameters,
+//! `RETURNING`, `ON CONFLICT`, `FILTER`, recursive CTEs), except for row
+//! locks: Postgres takes `FOR UPDATE` locks inside a transaction, while SQLite
+//! transactions are `BEGIN IMMEDIATE` and so hold the database's one write
+//! lock from the start. [`sql_backend!`] therefore writes everything once and
+//! is instantiated per backend with its locking clauses.
+
+/// Implements [`Tx`] and [`Store`] for a backend. The backend module provides
+/// `$Store` with a `pool` field, `in_tx`, `MIGRATOR`, and the imports used
+/// here.
+macro_rules! sql_backend {
+    (
+        store = $Store:ident,
+        tx = $Tx:ident,
+        db = $DB:ty,
+        lock = $lock:literal,
+        skip_locked = $skip_locked:literal $(,)?
+    ) => {
+        /// A transaction, with the statements of [`Tx`].
+                pub(crate) struct $Tx(sqlx::Transaction<'static, $DB>);
+
+        #[async_trait]
+        impl Tx for $Tx {
+            async fn insert_session_if_absent(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+                owner: &Subject,
+                budget: Tokens,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO sessions (tenant_id, session_id, owner_sub, status, budget, created_at, \
+                     last_activity_at) VALUES ($1, $2, $3, 'open', $4, $5, $5) ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .bind(owner.as_str())
+                .bind(db_tokens(budget))
+                .bind(Ts(at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn lock_session(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Option<SessionRow>, StoreError> {
+                Ok(sqlx::query_as(concat!(
+                    "SELECT ",
+                    session_columns!(),
+                    " FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+                    $lock
+                ))
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn open_session(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+                budget: Tokens,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE sessions SET status = 'open', budget = $3, used = 0, reserved = 0, \
+                     ended_at = NULL, claimed_until = NULL, last_activity_at = $4 \
+                     WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .bind(db_tokens(budget))
+                .bind(Ts(at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn lock_branch(
+                &mut self,
+                tenant: &TenantId,
+                id: Uuid,
+            ) -> Result<Option<BranchRow>, StoreError> {
+                Ok(sqlx::query_as(concat!(
+                    "SELECT ",
+                    branch_columns!(),
+                    " FROM branches WHERE tenant_id = $1 AND id = $2",
+                    $lock
+                ))
+                .bind(tenant.as_str())
+                .bind(id)
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn active_branch_id(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Option<Uuid>, StoreError> {
+                Ok(sqlx::query_scalar(
+                    "SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
+                     AND status = 'active' AND reserved = 0 ORDER BY created_at DESC, id DESC LIMIT 1",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn session_load(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+                window_start: DateTime<Utc>,
+            ) -> Result<SessionLoad, StoreError> {
+                let (active, earliest_deadline, recent, oldest_recent): (
+                    i64,
+                    Option<DateTime<Utc>>,
+                    i64,
+                    Option<DateTime<Utc>>,
+                ) = sqlx::query_as(
+                    "SELECT count(*) FILTER (WHERE status = 'active'), \
+                            min(deadline_at) FILTER (WHERE status = 'active'), \
+                            count(*) FILTER (WHERE created_at > $3), \
+                            min(created_at) FILTER (WHERE created_at > $3) \
+                     FROM branches WHERE tenant_id = $1 AND session_id = $2 \
+                     AND (status = 'active' OR created_at > $3)",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .bind(Ts(window_start))
+                .fetch_one(&mut *self.0)
+                .await?;
+                Ok(SessionLoad { active, earliest_deadline, recent, oldest_recent })
+            }
+
+            async fn take_slot(
+                &mut self,
+                tenant: &TenantId,
+                limits: &Limits,
+            ) -> Result<Option<LimitKind>, StoreError> {
+                sqlx::query(
+                    "INSERT INTO tenant_usage (tenant_id, active_branches) VALUES ($1, 0) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant.as_str())
+                .execute(&mut *self.0)
+                .await?;
+                let tenant_ok = sqlx::query(
+                    "UPDATE tenant_usage SET active_branches = active_branches + 1 \
+                     WHERE tenant_id = $1 AND active_branches < $2",
+                )
+                .bind(tenant.as_str())
+                .bind(i64::from(limits.max_active_per_tenant))
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !tenant_ok {
+                    return Ok(Some(LimitKind::TenantActive));
+                }
+                let deployment_ok = sqlx::query(
+                    "UPDATE deployment_usage SET active_branches = active_branches + 1 \
+                     WHERE active_branches < $1",
+                )
+                .bind(i64::from(limits.max_active_total))
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected()
+                    == 1;
+                Ok((!deployment_ok).then_some(LimitKind::DeploymentActive))
+            }
+
+            async fn release_slot(&mut self, tenant: &TenantId) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE tenant_usage SET active_branches = active_branches - 1 WHERE tenant_id = $1",
+                )
+                .bind(tenant.as_str())
+                .execute(&mut *self.0)
+                .await?;
+                sqlx::query("UPDATE deployment_usage SET active_branches = active_branches - 1")
+                    .execute(&mut *self.0)
+                    .await?;
+                Ok(())
+            }
+
+            async fn lend(
+                &mut self,
+                tenant: &TenantId,
+                session: &str,
+                parent: Option<Uuid>,
+                amount: i64,
+            ) -> Result<(), StoreError> {
+                let query = match parent {
+                    Some(id) => sqlx::query(
+                        "UPDATE branches SET reserved = reserved + $2 WHERE tenant_id = $1 AND id = $3",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(amount)
+                    .bind(id),
+                    None => sqlx::query(
+                        "UPDATE sessions SET reserved = reserved + $2 \
+                         WHERE tenant_id = $1 AND session_id = $3",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(amount)
+                    .bind(session),
+                };
+                query.execute(&mut *self.0).await?;
+                Ok(())
+            }
+
+            async fn settle(
+                &mut self,
+                tenant: &TenantId,
+                session: &str,
+                parent: Option<Uuid>,
+                child_budget: i64,
+                child_used: i64,
+            ) -> Result<(), StoreError> {
+                let query = match parent {
+                    Some(id) => sqlx::query(
+                        "UPDATE branches SET reserved = reserved - $2, used = used + $3 \
+                         WHERE tenant_id = $1 AND id = $4",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(child_budget)
+                    .bind(child_used)
+                    .bind(id),
+                    None => sqlx::query(
+                        "UPDATE sessions SET reserved = reserved - $2, used = used + $3 \
+                         WHERE tenant_id = $1 AND session_id = $4",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(child_budget)
+                    .bind(child_used)
+                    .bind(session),
+                };
+                query.execute(&mut *self.0).await?;
+                Ok(())
+            }
+
+            async fn insert_branch(&mut self, r: &BranchRow) -> Result<(), StoreError> {
+                sqlx::query(concat!(
+                    "INSERT INTO branches (",
+                    branch_columns!(),
+                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                     $17, $18)"
+                ))
+                .bind(r.id)
+                .bind(&r.tenant_id)
+                .bind(&r.session_id)
+                .bind(&r.owner_sub)
+                .bind(r.parent_id)
+                .bind(r.depth)
+                .bind(&r.description)
+                .bind(&r.prompt)
+                .bind(r.budget)
+                .bind(r.used)
+                .bind(r.reserved)
+                .bind(&r.status)
+                .bind(&r.reason)
+                .bind(Ts(r.created_at))
+                .bind(Ts(r.deadline_at))
+                .bind(Ts::opt(r.completed_at))
+                .bind(Ts::opt(r.warned_at))
+                .bind(&r.result)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn end_branch(
+                &mut self,
+                tenant: &TenantId,
+                id: Uuid,
+                f: &Finish,
+            ) -> Result<Option<BranchRow>, StoreError> {
+                Ok(sqlx::query_as(concat!(
+                    "UPDATE branches SET status = $3, reason = $4, completed_at = $5, result = $6, \
+                     used = CASE WHEN used + $7 < budget THEN used + $7 ELSE budget END, claimed_until = NULL \
+                     WHERE tenant_id = $1 AND id = $2 AND status = 'active' AND reserved = 0 RETURNING ",
+                    branch_columns!()
+                ))
+                .bind(tenant.as_str())
+                .bind(id)
+                .bind(f.status.as_str())
+                .bind(f.reason.map(EndReason::as_str))
+                .bind(Ts(f.at))
+                .bind(&f.result)
+                .bind(db_tokens(f.result_tokens))
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn record_consumption(
+                &mut self,
+                tenant: &TenantId,
+                id: Uuid,
+                used: i64,
+                warned_at: Option<DateTime<Utc>>,
+                exhausted_at: Option<DateTime<Utc>>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE branches SET used = $3, warned_at = COALESCE(warned_at, $4), \
+                     exhausted_at = COALESCE(exhausted_at, $5) WHERE tenant_id = $1 AND id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(id)
+                .bind(used)
+                .bind(Ts::opt(warned_at))
+                .bind(Ts::opt(exhausted_at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn touch_session(
+                &mut self,
+                tenant: &TenantId,
+                session: &str,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                touch_session(&mut *self.0, tenant, session, at).await
+            }
+
+            async fn active_in_session(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Vec<Uuid>, StoreError> {
+                active_in_session(&mut *self.0, tenant, session).await
+            }
+        }
+
+        async fn touch_session<'c>(
+            ex: impl sqlx::Executor<'c, Database = $DB>,
+            tenant: &TenantId,
+            session: &str,
+            at: DateTime<Utc>,
+        ) -> Result<(), StoreError> {
+            sqlx::query(
+                "UPDATE sessions SET last_activity_at = $3 \
+                 WHERE tenant_id = $1 AND session_id = $2 AND last_activity_at < $3",
+            )
+            .bind(tenant.as_str())
+            .bind(session)
+            .bind(Ts(at))
+            .execute(ex)
+            .await?;
+            Ok(())
+        }
+
+        async fn active_in_session<'c>(
+            ex: impl sqlx::Executor<'c, Database = $DB>,
+            tenant: &TenantId,
+            session: &SessionId,
+        ) -> Result<Vec<Uuid>, StoreError> {
+            Ok(sqlx::query_scalar(
+                "SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 AND status = 'active' \
+                 ORDER BY depth DESC, id DESC",
+            )
+            .bind(tenant.as_str())
+            .bind(session.as_str())
+            .fetch_all(ex)
+            .await?)
+        }
+
+        fn lease_end(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
+            now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX)
+        }
+
+        #[async_trait]
+        impl Store for $Store {
+            async fn create_branch(
+                &self,
+                tenant: &TenantId,
+                new: NewBranch,
+            ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
+                // A refusal writes nothing: even the session insert is rolled back.
+                self.in_tx(Result::is_ok, |mut tx| {
+                    let new = &new;
+                    async move {
+                        let result = ops::create(&mut tx, tenant, new).await;
+                        (tx, result)
+                    }
+                })
+                .await
+            }
+
+            async fn branch(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Branch>, StoreError> {
+                let row: Option<BranchRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    branch_columns!(),
+                    " FROM branches WHERE tenant_id = $1 AND id = $2"
+                ))
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(Branch::try_from).transpose()
+            }
+
+            async fn session(
+                &self,
+                tenant: &TenantId,
+                id: &SessionId,
+            ) -> Result<Option<Session>, StoreError> {
+                let row: Option<SessionRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    session_columns!(),
+                    " FROM sessions WHERE tenant_id = $1 AND session_id = $2"
+                ))
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(Session::try_from).transpose()
+            }
+
+            async fn active_branch(
+                &self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Option<Branch>, StoreError> {
+                let row: Option<BranchRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    branch_columns!(),
+                    " FROM branches WHERE tenant_id = $1 AND session_id = $2 \
+                      AND status = 'active' AND reserved = 0 ORDER BY created_at DESC, id DESC LIMIT 1"
+                ))
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(Branch::try_from).transpose()
+            }
+
+            async fn active_descendants(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+            ) -> Result<Vec<BranchId>, StoreError> {
+                let ids: Vec<Uuid> = sqlx::query_scalar(
+                    "WITH RECURSIVE tree (id, depth) AS ( \
+                        SELECT id, depth FROM branches \
+                        WHERE tenant_id = $1 AND parent_id = $2 AND status = 'active' \
+                        UNION ALL \
+                        SELECT b.id, b.depth FROM branches b JOIN tree t ON b.parent_id = t.id \
+                        WHERE b.tenant_id = $1 AND b.status = 'active' \
+                     ) SELECT id FROM tree ORDER BY depth DESC, id DESC",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(ids.into_iter().map(BranchId::from_uuid).collect())
+            }
+
+            async fn active_in_session(
+                &self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Vec<BranchId>, StoreError> {
+                let ids = active_in_session(&self.pool, tenant, session).await?;
+                Ok(ids.into_iter().map(BranchId::from_uuid).collect())
+            }
+
+            async fn consume(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                tokens: Tokens,
+                at: DateTime<Utc>,
+            ) -> Result<Option<Consumption>, StoreError> {
+                self.in_tx(|_| true, |mut tx| async move {
+                    let result = ops::consume(&mut tx, tenant, id, tokens, at).await;
+                    (tx, result)
+                })
+                .await
+            }
+
+            async fn finish(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                finish: Finish,
+            ) -> Result<Finished, StoreError> {
+                self.in_tx(|_| true, |mut tx| {
+                    let finish = &finish;
+                    async move {
+                        let result = ops::finish(&mut tx, tenant, id, finish).await;
+                        (tx, result)
+                    }
+                })
+                .await
+            }
+
+            async fn end_session(
+                &self,
+                tenant: &TenantId,
+                id: &SessionId,
+                at: DateTime<Utc>,
+            ) -> Result<bool, StoreError> {
+                let done = sqlx::query(
+                    "UPDATE sessions SET status = 'ended', ended_at = $3, claimed_until = NULL \
+                     WHERE tenant_id = $1 AND session_id = $2 AND status = 'open' AND reserved = 0",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(Ts(at))
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                Ok(done == 1)
+            }
+
+            async fn fail_session_branches(
+                &self,
+                tenant: &TenantId,
+                id: &SessionId,
+                at: DateTime<Utc>,
+            ) -> Result<u64, StoreError> {
+                self.in_tx(|_| true, |mut tx| async move {
+                    let result = ops::fail_session_branches(&mut tx, tenant, id, at).await;
+                    (tx, result)
+                })
+                .await
+            }
+
+            async fn touch_session(
+                &self,
+                tenant: &TenantId,
+                id: &SessionId,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                touch_session(&self.pool, tenant, id.as_str(), at).await
+            }
+
+            async fn claim_due_branches(
+                &self,
+                now: DateTime<Utc>,
+                lease: Duration,
+                limit: u32,
+            ) -> Result<Vec<DueBranch>, StoreError> {
+                let rows: Vec<(String, Uuid, i32, bool)> = sqlx::query_as(concat!(
+                    "UPDATE branches SET claimed_until = $2 WHERE id IN ( \
+                        SELECT id FROM branches WHERE status = 'active' \
+                        AND (deadline_at <= $1 OR exhausted_at IS NOT NULL) \
+                        AND (claimed_until IS NULL OR claimed_until <= $1) \
+                        ORDER BY depth DESC, deadline_at LIMIT $3",
+                    $skip_locked,
+                    ") RETURNING tenant_id, id, depth, exhausted_at IS NOT NULL"
+                ))
+                .bind(Ts(now))
+                .bind(Ts(lease_end(now, lease)))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(|(t, id, depth, exhausted)| due_branch(t, id, depth, exhausted)).collect()
+            }
+
+            async fn claim_idle_sessions(
+                &self,
+                idle_since: DateTime<Utc>,
+                now: DateTime<Utc>,
+                lease: Duration,
+                limit: u32,
+            ) -> Result<Vec<IdleSession>, StoreError> {
+                let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+                    "UPDATE sessions SET claimed_until = $3 WHERE (tenant_id, session_id) IN ( \
+                        SELECT tenant_id, session_id FROM sessions WHERE status = 'open' \
+                        AND last_activity_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $2) \
+                        ORDER BY last_activity_at LIMIT $4",
+                    $skip_locked,
+                    ") RETURNING tenant_id, session_id"
+                ))
+                .bind(Ts(idle_since))
+                .bind(Ts(now))
+                .bind(Ts(lease_end(now, lease)))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(|(t, id)| idle_session(&t, &id)).collect()
+            }
+
+            async fn next_deadline(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+                Ok(sqlx::query_scalar("SELECT min(deadline_at) FROM branches WHERE status = 'active'")
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn ready(&self) -> Result<(), StoreError> {
+                let applied: Option<i64> = sqlx::query_scalar(
+                    "SELECT max(version) FROM _sqlx_migrations WHERE success",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                check_migrated(&MIGRATOR, applied)
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+        }
+    };
+}
+
+pub(crate) use sql_backend;

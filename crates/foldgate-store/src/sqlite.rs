@@ -1,0 +1,120 @@
+//! The SQLite store: the zero-configuration default for a single process
+//! (`sqlite://foldgate.db`). Every writing transaction is `BEGIN IMMEDIATE`,
+//! which takes SQLite's one write lock at its start, so operations are
+//! serialised and the limits hold; WAL mode lets readers run alongside.
+
+use std::{future::Future, time::Duration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use foldgate_domain::{
+    Branch, BranchId, Consumption, EndReason, LimitKind, Limits, Session, SessionId, Subject,
+    TenantId, Tokens,
+};
+use sqlx::{
+    Sqlite, SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+};
+use uuid::Uuid;
+
+use crate::{
+    ConnectOptions, CreateRefusal, DueBranch, Finish, Finished, IdleSession, NewBranch, Store,
+    StoreError,
+    ops::{self, SessionLoad, Tx},
+    check_migrated, due_branch, idle_session,
+    record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
+    ts::Ts,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// How often a transaction that found the database locked (by another
+/// process, beyond the busy timeout) is retried.
+const CONFLICT_RETRIES: usize = 5;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    pub async fn connect(options: &ConnectOptions) -> Result<Self, StoreError> {
+        let connect: SqliteConnectOptions = options.url.parse()?;
+        let in_memory = options.url.contains(":memory:") || options.url.contains("mode=memory");
+        let connect = connect
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(options.acquire_timeout);
+        let pool = SqlitePoolOptions::new()
+            // Each connection to an in-memory database is its own database.
+            .max_connections(if in_memory { 1 } else { options.max_connections })
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Runs `op` in a `BEGIN IMMEDIATE` transaction and commits it if `op`
+    /// succeeded and `keep` approves of the result (a refusal rolls back,
+    /// writing nothing).
+    async fn in_tx<R, F, Fut>(&self, keep: fn(&R) -> bool, mut op: F) -> Result<R, StoreError>
+    where
+        F: FnMut(SqliteTx) -> Fut + Send,
+        Fut: Future<Output = (SqliteTx, Result<R, StoreError>)> + Send,
+        R: Send,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let begun = self.pool.begin_with("BEGIN IMMEDIATE").await;
+            let result = match begun {
+                Ok(tx) => {
+                    let (tx, result) = op(SqliteTx(tx)).await;
+                    match result {
+                        Ok(value) if keep(&value) => {
+                            tx.0.commit().await.map(|()| value).map_err(StoreError::from)
+                        }
+                        Ok(value) => {
+                            tx.0.rollback().await.map(|()| value).map_err(StoreError::from)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(StoreError::from(e)),
+            };
+            match result {
+                Err(StoreError::Database(e)) if attempt < CONFLICT_RETRIES && is_busy(&e) => {
+                    tracing::debug!(attempt, "retrying a transaction: database is locked");
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+fn is_busy(e: &sqlx::Error) -> bool {
+    // SQLITE_BUSY (5) and its extended codes.
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
+}
+
+crate::sql::sql_backend!(
+    store = SqliteStore,
+    tx = SqliteTx,
+    db = Sqlite,
+    lock = "",
+    skip_locked = "",
+);

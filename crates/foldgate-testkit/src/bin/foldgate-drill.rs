@@ -1,0 +1,84 @@
+//! A process that uses the folding engine and can be killed, for crash
+//! recovery tests.
+//!
+//! `create` opens, per session, a branch `A` (1 s deadline) with a child `B`
+//! (600 s), plus a branch `C` whose budget is recorded as exhausted without
+//! the forced return that normally follows — as if the process died in
+//! between. It prints `A B C` ids per session, then `ready`, and waits to be
+//! killed. `supervise` starts the supervisor, prints each branch its first
+//! pass fired, and exits.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout, reason = "test tool")]
+
+use std::{sync::Arc, time::Duration};
+
+use clap::{Parser, Subcommand};
+use foldgate_engine::{CreateBranch, FoldingService, SupervisorConfig, SystemClock, supervisor::Supervisor};
+use foldgate_store::{ConnectOptions, Store};
+use foldgate_testkit::{ServiceBuilder, principal};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    database_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Create {
+        #[arg(long, default_value_t = 3)]
+        sessions: usize,
+    },
+    Supervise,
+}
+
+async fn create(service: &FoldingService, session: &str, timeout: i64) -> foldgate_domain::Branch {
+    let req = CreateBranch::parse(
+        service.config(),
+        session,
+        "crash drill",
+        None,
+        Some(1024),
+        Some(timeout),
+        None,
+    )
+    .unwrap();
+    service.create(&principal("acme", "drill"), req).await.unwrap().branch
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let store: Arc<dyn Store> =
+        foldgate_store::connect(&ConnectOptions::new(args.database_url), true).await?;
+    let service = ServiceBuilder::new(Arc::clone(&store)).clock(Arc::new(SystemClock)).build();
+    match args.command {
+        Command::Create { sessions } => {
+            for i in 0..sessions {
+                let a = create(&service, &format!("drill-{i}"), 1).await;
+                let b = create(&service, &format!("drill-{i}"), 600).await;
+                let c = create(&service, &format!("drill-c-{i}"), 600).await;
+                let now = service.clock().now();
+                let exhausted = store
+                    .consume(&a.tenant, c.id, 1_000_000, now)
+                    .await?
+                    .expect("C is active");
+                assert!(exhausted.exhausted);
+                println!("{} {} {}", a.id, b.id, c.id);
+            }
+            println!("ready");
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Command::Supervise => {
+            let mut supervisor = Supervisor::spawn(service, SupervisorConfig::default());
+            supervisor.deadlines.changed().await?;
+            let pass = supervisor.deadlines.borrow_and_update().clone();
+            for (id, reason) in pass.fired {
+                println!("{id} {reason}");
+            }
+            supervisor.shutdown().await;
+        }
+    }
+    Ok(())
+}
