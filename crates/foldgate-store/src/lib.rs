@@ -333,11 +333,11 @@ pub fn redact_url(url: &str) -> String {
     };
     let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
+        Some((userinfo, host)) if userinfo.contains(':') => {
             let user = userinfo.split(':').next().unwrap_or_default();
             format!("{scheme}://{user}:***@{host}{tail}")
         }
-        None => url.to_owned(),
+        _ => url.to_owned(),
     }
 }
 
@@ -400,6 +400,7 @@ mod tests {
     fn passwords_are_redacted() {
         assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }
 
