@@ -149,9 +149,10 @@ impl Outcome {
         match raw {
             None | Some("success") => Ok(Self::Success),
             Some("failure") => Ok(Self::Failure),
-            Some(_) => {
-                Err(crate::InvalidInput::new("outcome", "must be \"success\" or \"failure\""))
-            }
+            Some(_) => Err(crate::InvalidInput::new(
+                "outcome",
+                "must be \"success\" or \"failure\"",
+            )),
         }
     }
 
@@ -254,7 +255,10 @@ mod tests {
         assert_eq!(EndReason::BudgetExhausted.status(), BranchStatus::Timeout);
         assert_eq!(EndReason::ParentReturning.status(), BranchStatus::Failed);
         assert_eq!(EndReason::SessionEnded.status(), BranchStatus::Failed);
-        assert_eq!(Outcome::Failure.end(), (BranchStatus::Failed, Some(EndReason::ReportedFailure)));
+        assert_eq!(
+            Outcome::Failure.end(),
+            (BranchStatus::Failed, Some(EndReason::ReportedFailure))
+        );
         assert_eq!(Outcome::parse(Some("maybe")).unwrap_err().field, "outcome");
     }
 }

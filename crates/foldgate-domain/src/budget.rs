@@ -132,12 +132,18 @@ pub struct Consumption {
 
 impl Ledger {
     pub fn new(budget: Tokens) -> Self {
-        Self { budget, used: 0, reserved: 0 }
+        Self {
+            budget,
+            used: 0,
+            reserved: 0,
+        }
     }
 
     /// What can still be spent or lent.
     pub fn remaining(&self) -> Tokens {
-        self.budget.saturating_sub(self.used).saturating_sub(self.reserved)
+        self.budget
+            .saturating_sub(self.used)
+            .saturating_sub(self.reserved)
     }
 
     /// Lends a new child its budget, or refuses with what is available when
@@ -148,7 +154,10 @@ impl Ledger {
         if granted < min || granted == 0 {
             return Err(available);
         }
-        let parent = Self { reserved: self.reserved + granted, ..*self };
+        let parent = Self {
+            reserved: self.reserved + granted,
+            ..*self
+        };
         Ok(Allocation { granted, parent })
     }
 
@@ -166,12 +175,20 @@ impl Ledger {
     /// overspent however many callers charge it at once.
     pub fn consume(&self, tokens: Tokens, already_warned: bool) -> Consumption {
         let granted = tokens.min(self.remaining());
-        let ledger = Self { used: self.used + granted, ..*self };
+        let ledger = Self {
+            used: self.used + granted,
+            ..*self
+        };
         let warning = !already_warned && ledger.past_warning_threshold();
         // A charge that asked for more than remained, or that used the last
         // token, leaves the branch unable to do anything more.
         let exhausted = tokens > 0 && ledger.remaining() == 0;
-        Consumption { granted, ledger, warning, exhausted }
+        Consumption {
+            granted,
+            ledger,
+            warning,
+            exhausted,
+        }
     }
 
     /// 80% of the budget has been spent.
@@ -216,18 +233,33 @@ mod tests {
 
         // The child spent 1,500 of its 4,000: the parent gets 2,500 back.
         let settled = a.parent.settle_child(4_000, 1_500);
-        assert_eq!(settled, Ledger { budget: 10_000, used: 1_500, reserved: 0 });
+        assert_eq!(
+            settled,
+            Ledger {
+                budget: 10_000,
+                used: 1_500,
+                reserved: 0
+            }
+        );
         assert_eq!(settled.remaining(), 8_500);
     }
 
     #[test]
     fn a_short_parent_gives_what_it_has_or_refuses() {
-        let parent = Ledger { budget: 10_000, used: 9_000, reserved: 500 };
+        let parent = Ledger {
+            budget: 10_000,
+            used: 9_000,
+            reserved: 500,
+        };
         let a = parent.allocate(req(4_000), 256).unwrap();
         assert_eq!(a.granted, 500, "what remains");
         assert_eq!(a.parent.remaining(), 0);
 
-        let poorer = Ledger { budget: 10_000, used: 9_900, reserved: 0 };
+        let poorer = Ledger {
+            budget: 10_000,
+            used: 9_900,
+            reserved: 0,
+        };
         assert_eq!(poorer.allocate(req(4_000), 256), Err(100), "100 < min 256");
     }
 
@@ -237,7 +269,11 @@ mod tests {
         let c = l.consume(799, false);
         assert_eq!((c.granted, c.warning, c.exhausted), (799, false, false));
         let c = c.ledger.consume(1, false);
-        assert_eq!((c.granted, c.warning, c.exhausted), (1, true, false), "800 = 80%");
+        assert_eq!(
+            (c.granted, c.warning, c.exhausted),
+            (1, true, false),
+            "800 = 80%"
+        );
         let c = c.ledger.consume(10, true);
         assert!(!c.warning, "warned once only");
         let c = c.ledger.consume(500, true);
@@ -250,7 +286,11 @@ mod tests {
 
     #[test]
     fn reserved_tokens_cannot_be_spent() {
-        let l = Ledger { budget: 1_000, used: 0, reserved: 900 };
+        let l = Ledger {
+            budget: 1_000,
+            used: 0,
+            reserved: 900,
+        };
         let c = l.consume(200, false);
         assert_eq!(c.granted, 100);
         assert!(c.exhausted);
@@ -259,9 +299,15 @@ mod tests {
     #[test]
     fn policy_validation() {
         assert!(BudgetPolicy::default().validate().is_ok());
-        let bad = BudgetPolicy { default_budget: 40_000, ..BudgetPolicy::default() };
+        let bad = BudgetPolicy {
+            default_budget: 40_000,
+            ..BudgetPolicy::default()
+        };
         assert!(bad.validate().is_err());
-        let bad = BudgetPolicy { session_budget: 10, ..BudgetPolicy::default() };
+        let bad = BudgetPolicy {
+            session_budget: 10,
+            ..BudgetPolicy::default()
+        };
         assert!(bad.validate().is_err());
     }
 }

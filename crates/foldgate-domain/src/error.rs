@@ -16,7 +16,10 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
-        Self { field, reason: reason.into() }
+        Self {
+            field,
+            reason: reason.into(),
+        }
     }
 }
 

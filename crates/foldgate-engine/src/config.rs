@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(c.session_end_timeout, Duration::from_secs(30));
         assert!(c.validate().is_ok());
         assert!(SupervisorConfig::default().validate().is_ok());
-        let bad = FoldingConfig { max_depth: 0, ..FoldingConfig::default() };
+        let bad = FoldingConfig {
+            max_depth: 0,
+            ..FoldingConfig::default()
+        };
         assert!(bad.validate().is_err());
     }
 }

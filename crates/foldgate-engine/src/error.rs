@@ -23,9 +23,15 @@ pub enum FoldError {
     #[error("the parent has only {available} tokens left, below the minimum branch budget")]
     BudgetExhausted { available: Tokens },
     #[error("the prompt needs {prompt_tokens} tokens but the branch budget is {budget}")]
-    PromptOverBudget { prompt_tokens: Tokens, budget: Tokens },
+    PromptOverBudget {
+        prompt_tokens: Tokens,
+        budget: Tokens,
+    },
     #[error("limit reached ({}): retry after {} s", limit.as_str(), retry_after.as_secs())]
-    RateLimited { limit: LimitKind, retry_after: Duration },
+    RateLimited {
+        limit: LimitKind,
+        retry_after: Duration,
+    },
     #[error("the message could not be scrubbed of secrets; nothing was returned")]
     ScrubbingFailed,
     #[error("storage failure")]

@@ -21,7 +21,7 @@ pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
 pub use scrub::{ScrubFailure, Scrubbed, Scrubber, default_scrubber};
 pub use service::{
-    Consumed, CreateBranch, Created, FoldingService, Returned, ReturnBranch, SessionEnded,
+    Consumed, CreateBranch, Created, FoldingService, ReturnBranch, Returned, SessionEnded,
     StatusQuery,
 };
 pub use tokens::{Encoding, TokenCounter};

@@ -13,7 +13,9 @@ use foldgate_domain::{
     Branch, BranchId, BranchStatus, BudgetRequest, Consumption, Description, EndReason, Message,
     Outcome, Principal, Prompt, SessionId, TenantId, TimeoutRequest, Tokens,
 };
-use foldgate_store::{CreateRefusal, CreateRules, Finish, Finished, NewBranch, ParentChoice, Store};
+use foldgate_store::{
+    CreateRefusal, CreateRules, Finish, Finished, NewBranch, ParentChoice, Store,
+};
 use tokio::sync::Notify;
 
 use crate::{Clock, FoldError, FoldingConfig, Scrubber, TokenCounter};
@@ -168,7 +170,8 @@ impl FoldingService {
     /// parent), lending it its budget from the parent's pool.
     pub async fn create(&self, who: &Principal, req: CreateBranch) -> Result<Created, FoldError> {
         let now = self.clock.now();
-        let deadline_at = now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
+        let deadline_at =
+            now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
         // The branch's starting context is its description and prompt.
         let prompt_tokens =
             self.tokens.count(req.description.as_str()) + self.tokens.count(req.prompt.as_str());
@@ -176,7 +179,9 @@ impl FoldingService {
             id: BranchId::generate(),
             session_id: req.session_id,
             owner: who.subject.clone(),
-            parent: req.parent.map_or(ParentChoice::Active, ParentChoice::Explicit),
+            parent: req
+                .parent
+                .map_or(ParentChoice::Active, ParentChoice::Explicit),
             description: req.description.into_string(),
             prompt: req.prompt.into_string(),
             budget: req.budget,
@@ -198,7 +203,10 @@ impl FoldingService {
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
             depth = branch.depth, budget = branch.ledger.budget, "branch created"
         );
-        Ok(Created { branch, budget_requested: req.budget.tokens() })
+        Ok(Created {
+            branch,
+            budget_requested: req.budget.tokens(),
+        })
     }
 
     /// Returns a branch: scrubs the message (failing closed), force-returns
@@ -210,7 +218,9 @@ impl FoldingService {
     ) -> Result<Returned, FoldError> {
         let branch = self.owned_branch(who, req.branch_id).await?;
         if branch.status != BranchStatus::Active {
-            return Err(FoldError::BranchNotActive { status: branch.status });
+            return Err(FoldError::BranchNotActive {
+                status: branch.status,
+            });
         }
         // Scrub before anything changes, so that a scrubbing failure leaves
         // the whole tree as it was.
@@ -227,8 +237,14 @@ impl FoldingService {
             result: Some(scrubbed.text.clone()),
             at: self.clock.now(),
         };
-        let (branch, children_ended) =
-            self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
+        let (branch, children_ended) = self
+            .end_tree(
+                &who.tenant,
+                req.branch_id,
+                finish,
+                EndReason::ParentReturning,
+            )
+            .await?;
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
@@ -284,7 +300,9 @@ impl FoldingService {
                 budget = consumption.ledger.budget, "branch has used 80% of its budget"
             );
         }
-        self.store.touch_session(&who.tenant, &branch.session_id, now).await?;
+        self.store
+            .touch_session(&who.tenant, &branch.session_id, now)
+            .await?;
         let mut forced_return = false;
         if consumption.exhausted {
             forced_return = self
@@ -292,7 +310,10 @@ impl FoldingService {
                 .await?
                 .is_some();
         }
-        Ok(Consumed { consumption, forced_return })
+        Ok(Consumed {
+            consumption,
+            forced_return,
+        })
     }
 
     /// Ends a session: force-returns every active branch deepest first,
@@ -318,7 +339,11 @@ impl FoldingService {
         let mut ended = 0;
         let one_by_one = async {
             for id in self.store.active_in_session(tenant, session).await? {
-                if self.force_return(tenant, id, EndReason::SessionEnded).await?.is_some() {
+                if self
+                    .force_return(tenant, id, EndReason::SessionEnded)
+                    .await?
+                    .is_some()
+                {
                     ended += 1;
                 }
             }
@@ -333,7 +358,10 @@ impl FoldingService {
                 Err(_elapsed) => {
                     tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
                     let now = self.clock.now();
-                    ended += self.store.fail_session_branches(tenant, session, now).await?;
+                    ended += self
+                        .store
+                        .fail_session_branches(tenant, session, now)
+                        .await?;
                     true
                 }
             };
@@ -344,7 +372,10 @@ impl FoldingService {
             tracing::info!(%tenant, %session, "session stayed open: a branch was created meanwhile");
         }
         tracing::info!(%tenant, %session, branches_ended = ended, bulk_failed, "session ended");
-        Ok(SessionEnded { branches_ended: ended, bulk_failed })
+        Ok(SessionEnded {
+            branches_ended: ended,
+            bulk_failed,
+        })
     }
 
     /// Force-returns a branch and, first, its active descendants (deepest
@@ -398,7 +429,10 @@ impl FoldingService {
                     children_ended.push(child);
                 }
             }
-            let finish = Finish { at: self.clock.now(), ..finish.clone() };
+            let finish = Finish {
+                at: self.clock.now(),
+                ..finish.clone()
+            };
             match self.store.finish(tenant, id, finish).await? {
                 Finished::Done(branch) => return Ok((*branch, children_ended)),
                 Finished::NotFound => return Err(FoldError::BranchNotFound),
@@ -433,7 +467,8 @@ impl FoldingService {
     /// Used by the deadline reconciler: records its planned wake-up and
     /// returns the signal that cuts its sleep short.
     pub(crate) fn plan_wake(&self, at: DateTime<Utc>) -> &Notify {
-        self.planned_wake_ms.store(at.timestamp_millis(), Ordering::Release);
+        self.planned_wake_ms
+            .store(at.timestamp_millis(), Ordering::Release);
         &self.deadline_signal
     }
 }
@@ -445,9 +480,13 @@ fn refusal_error(refusal: CreateRefusal) -> FoldError {
         CreateRefusal::ParentNotActive { status } => FoldError::BranchNotActive { status },
         CreateRefusal::MaxDepthExceeded { max_depth } => FoldError::MaxDepthExceeded { max_depth },
         CreateRefusal::BudgetExhausted { available } => FoldError::BudgetExhausted { available },
-        CreateRefusal::PromptOverBudget { prompt_tokens, budget } => {
-            FoldError::PromptOverBudget { prompt_tokens, budget }
-        }
+        CreateRefusal::PromptOverBudget {
+            prompt_tokens,
+            budget,
+        } => FoldError::PromptOverBudget {
+            prompt_tokens,
+            budget,
+        },
         CreateRefusal::Limited { limit, retry_after } => {
             FoldError::RateLimited { limit, retry_after }
         }

@@ -47,7 +47,10 @@ impl DeadlineReconciler {
     /// force-returns each.
     pub async fn activate(&self) -> Pass {
         let now = self.service.clock().now();
-        let mut pass = Pass { at: Some(now), ..Pass::default() };
+        let mut pass = Pass {
+            at: Some(now),
+            ..Pass::default()
+        };
         if let Err(e) = self.fire_due(now, &mut pass).await {
             tracing::error!(error = %e, "deadline pass failed");
             pass.error = Some(e.to_string());
@@ -58,14 +61,18 @@ impl DeadlineReconciler {
     async fn fire_due(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
         let store = self.service.store();
         loop {
-            let mut due =
-                store.claim_due_branches(now, self.config.claim_lease, self.config.batch_size).await?;
+            let mut due = store
+                .claim_due_branches(now, self.config.claim_lease, self.config.batch_size)
+                .await?;
             if due.is_empty() {
                 return Ok(());
             }
-            due.sort_by(|a, b| b.depth.cmp(&a.depth));
+            due.sort_by_key(|b| std::cmp::Reverse(b.depth));
             for branch in &due {
-                let fired = self.service.force_return(&branch.tenant, branch.id, branch.reason).await?;
+                let fired = self
+                    .service
+                    .force_return(&branch.tenant, branch.id, branch.reason)
+                    .await?;
                 if let Some(fired) = fired {
                     let late = now - fired.deadline_at;
                     tracing::debug!(branch_id = %fired.id, reason = %branch.reason,
@@ -83,7 +90,8 @@ impl DeadlineReconciler {
     /// interval.
     async fn next_wake(&self) -> DateTime<Utc> {
         let now = self.service.clock().now();
-        let poll = now + chrono::Duration::from_std(self.config.deadline_poll_interval).unwrap_or_default();
+        let poll = now
+            + chrono::Duration::from_std(self.config.deadline_poll_interval).unwrap_or_default();
         match self.service.store().next_deadline().await {
             Ok(Some(deadline)) => deadline.clamp(now, poll),
             Ok(None) => poll,
@@ -100,7 +108,9 @@ impl DeadlineReconciler {
             status.send_replace(pass);
             let wake = self.next_wake().await;
             let signal = self.service.plan_wake(wake);
-            let sleep = (wake - self.service.clock().now()).to_std().unwrap_or(Duration::ZERO);
+            let sleep = (wake - self.service.clock().now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(sleep) => {}
@@ -124,7 +134,10 @@ impl IdleSessionReconciler {
 
     pub async fn activate(&self) -> Pass {
         let now = self.service.clock().now();
-        let mut pass = Pass { at: Some(now), ..Pass::default() };
+        let mut pass = Pass {
+            at: Some(now),
+            ..Pass::default()
+        };
         if let Err(e) = self.end_idle(now, &mut pass).await {
             tracing::error!(error = %e, "idle-session pass failed");
             pass.error = Some(e.to_string());
@@ -135,15 +148,25 @@ impl IdleSessionReconciler {
     async fn end_idle(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
         let idle = chrono::Duration::from_std(self.service.config().session_idle_timeout)
             .unwrap_or(chrono::Duration::MAX);
-        let idle_since = now.checked_sub_signed(idle).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let idle_since = now
+            .checked_sub_signed(idle)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         loop {
             let sessions = self
                 .service
                 .store()
-                .claim_idle_sessions(idle_since, now, self.config.claim_lease, self.config.batch_size)
+                .claim_idle_sessions(
+                    idle_since,
+                    now,
+                    self.config.claim_lease,
+                    self.config.batch_size,
+                )
                 .await?;
             for session in &sessions {
-                let ended = self.service.end_session_of(&session.tenant, &session.id).await?;
+                let ended = self
+                    .service
+                    .end_session_of(&session.tenant, &session.id)
+                    .await?;
                 tracing::info!(tenant = %session.tenant, session_id = %session.id,
                     branches_ended = ended.branches_ended, "idle session ended");
                 pass.sessions_ended += 1;
@@ -191,7 +214,12 @@ impl Supervisor {
             tokio::spawn(deadline.run(cancel.clone(), deadline_tx)),
             tokio::spawn(idle.run(cancel.clone(), idle_tx)),
         ];
-        Self { cancel, tasks, deadlines, idle_sessions }
+        Self {
+            cancel,
+            tasks,
+            deadlines,
+            idle_sessions,
+        }
     }
 
     /// Stops the reconcilers after their current pass.

@@ -24,8 +24,8 @@ use std::{fmt::Debug, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, BudgetPolicy, Consumption, BudgetRequest, EndReason, LimitKind, Limits,
-    Session, SessionId, Subject, TenantId, Tokens,
+    Branch, BranchId, BranchStatus, BudgetPolicy, BudgetRequest, Consumption, EndReason, LimitKind,
+    Limits, Session, SessionId, Subject, TenantId, Tokens,
 };
 
 pub use postgres::PgStore;
@@ -43,8 +43,13 @@ pub enum StoreError {
     /// A stored value that the domain does not accept: a bug or a manual edit.
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
-    #[error("the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`")]
-    NotMigrated { applied: Option<i64>, latest: Option<i64> },
+    #[error(
+        "the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`"
+    )]
+    NotMigrated {
+        applied: Option<i64>,
+        latest: Option<i64>,
+    },
     #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite:")]
     UnsupportedUrl(String),
 }
@@ -92,13 +97,25 @@ pub enum CreateRefusal {
     /// The named parent does not exist for this principal and session.
     ParentNotFound,
     /// The named parent has already ended.
-    ParentNotActive { status: BranchStatus },
-    MaxDepthExceeded { max_depth: u32 },
+    ParentNotActive {
+        status: BranchStatus,
+    },
+    MaxDepthExceeded {
+        max_depth: u32,
+    },
     /// The parent cannot give `min_branch_budget`.
-    BudgetExhausted { available: Tokens },
+    BudgetExhausted {
+        available: Tokens,
+    },
     /// The prompt alone would use up the branch's budget.
-    PromptOverBudget { prompt_tokens: Tokens, budget: Tokens },
-    Limited { limit: LimitKind, retry_after: Duration },
+    PromptOverBudget {
+        prompt_tokens: Tokens,
+        budget: Tokens,
+    },
+    Limited {
+        limit: LimitKind,
+        retry_after: Duration,
+    },
 }
 
 /// How a branch is being ended.
@@ -275,7 +292,11 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+        Self {
+            url: url.into(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+        }
     }
 }
 
@@ -300,7 +321,10 @@ impl Backend {
 
 /// Connects to the database a URL names. With `migrate`, applies pending
 /// migrations first.
-pub async fn connect(options: &ConnectOptions, migrate: bool) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn connect(
+    options: &ConnectOptions,
+    migrate: bool,
+) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match Backend::of_url(&options.url)? {
         Backend::Postgres => {
             let store = PgStore::connect(options).await?;
@@ -363,7 +387,11 @@ pub(crate) fn due_branch(
         tenant: TenantId::parse(&tenant).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         id: BranchId::from_uuid(id),
         depth: u32::try_from(depth).map_err(|_| StoreError::Corrupt(format!("depth {depth}")))?,
-        reason: if exhausted { EndReason::BudgetExhausted } else { EndReason::DeadlineExceeded },
+        reason: if exhausted {
+            EndReason::BudgetExhausted
+        } else {
+            EndReason::DeadlineExceeded
+        },
     })
 }
 
@@ -388,17 +416,31 @@ mod tests {
 
     #[test]
     fn backends_by_url() {
-        assert_eq!(Backend::of_url("postgres://h/db").unwrap(), Backend::Postgres);
-        assert_eq!(Backend::of_url("postgresql://h/db").unwrap(), Backend::Postgres);
-        assert_eq!(Backend::of_url("sqlite://foldgate.db").unwrap(), Backend::Sqlite);
+        assert_eq!(
+            Backend::of_url("postgres://h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert_eq!(
+            Backend::of_url("postgresql://h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert_eq!(
+            Backend::of_url("sqlite://foldgate.db").unwrap(),
+            Backend::Sqlite
+        );
         assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
-        let err = Backend::of_url("mysql://u:pw@h/db").unwrap_err().to_string();
+        let err = Backend::of_url("mysql://u:pw@h/db")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("pw"), "{err}");
     }
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
@@ -407,8 +449,17 @@ mod tests {
     #[test]
     fn retry_after_rounds_up() {
         let t = DateTime::<Utc>::UNIX_EPOCH;
-        assert_eq!(retry_after(t, t + chrono::Duration::milliseconds(1)), Duration::from_secs(1));
-        assert_eq!(retry_after(t, t + chrono::Duration::milliseconds(1001)), Duration::from_secs(2));
-        assert_eq!(retry_after(t, t - chrono::Duration::seconds(3)), Duration::from_secs(1));
+        assert_eq!(
+            retry_after(t, t + chrono::Duration::milliseconds(1)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            retry_after(t, t + chrono::Duration::milliseconds(1001)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            retry_after(t, t - chrono::Duration::seconds(3)),
+            Duration::from_secs(1)
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, Consumption, EndReason, LimitKind, Ledger, Limits, SessionId,
+    Branch, BranchId, BranchStatus, Consumption, EndReason, Ledger, LimitKind, Limits, SessionId,
     Subject, TenantId, Tokens,
 };
 use uuid::Uuid;
@@ -159,8 +159,14 @@ pub(crate) async fn create<T: Tx>(
 ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
     let rules = &new.rules;
     let at = new.created_at;
-    tx.insert_session_if_absent(tenant, &new.session_id, &new.owner, rules.budget.session_budget, at)
-        .await?;
+    tx.insert_session_if_absent(
+        tenant,
+        &new.session_id,
+        &new.owner,
+        rules.budget.session_budget,
+        at,
+    )
+    .await?;
 
     // The parent branch is locked before the session (see the module docs).
     let parent = match new.parent {
@@ -189,18 +195,24 @@ pub(crate) async fn create<T: Tx>(
     }
     let mut root = ledger(session.budget, session.used, session.reserved)?;
     if session.status == "ended" {
-        tx.open_session(tenant, &new.session_id, rules.budget.session_budget, at).await?;
+        tx.open_session(tenant, &new.session_id, rules.budget.session_budget, at)
+            .await?;
         root = Ledger::new(rules.budget.session_budget);
     } else {
-        tx.touch_session(tenant, new.session_id.as_str(), at).await?;
+        tx.touch_session(tenant, new.session_id.as_str(), at)
+            .await?;
     }
 
     let depth = parent.as_ref().map_or(1, |p| p.depth.saturating_add(1));
     if u32::try_from(depth).unwrap_or(u32::MAX) > rules.max_depth {
-        return Ok(Err(CreateRefusal::MaxDepthExceeded { max_depth: rules.max_depth }));
+        return Ok(Err(CreateRefusal::MaxDepthExceeded {
+            max_depth: rules.max_depth,
+        }));
     }
 
-    let load = tx.session_load(tenant, &new.session_id, at - RATE_WINDOW).await?;
+    let load = tx
+        .session_load(tenant, &new.session_id, at - RATE_WINDOW)
+        .await?;
     if load.active >= i64::from(rules.limits.max_active_per_session) {
         let until = load.earliest_deadline.unwrap_or(at);
         return Ok(Err(CreateRefusal::Limited {
@@ -232,10 +244,19 @@ pub(crate) async fn create<T: Tx>(
     }
 
     if let Some(limit) = tx.take_slot(tenant, &rules.limits).await? {
-        return Ok(Err(CreateRefusal::Limited { limit, retry_after: SLOT_RETRY_AFTER }));
+        return Ok(Err(CreateRefusal::Limited {
+            limit,
+            retry_after: SLOT_RETRY_AFTER,
+        }));
     }
     let parent_id = parent.as_ref().map(|p| p.id);
-    tx.lend(tenant, new.session_id.as_str(), parent_id, db_tokens(granted)).await?;
+    tx.lend(
+        tenant,
+        new.session_id.as_str(),
+        parent_id,
+        db_tokens(granted),
+    )
+    .await?;
 
     let charge = Ledger::new(granted).consume(new.prompt_tokens, false);
     let row = BranchRow {
@@ -273,13 +294,15 @@ async fn lock_active_branch<T: Tx>(
         let Some(id) = tx.active_branch_id(tenant, session).await? else {
             return Ok(None);
         };
-        if let Some(row) = tx.lock_branch(tenant, id).await? {
-            if row.status == BranchStatus::Active.as_str() {
-                return Ok(Some(row));
-            }
+        if let Some(row) = tx.lock_branch(tenant, id).await?
+            && row.status == BranchStatus::Active.as_str()
+        {
+            return Ok(Some(row));
         }
     }
-    Err(StoreError::Corrupt("the session's active branch kept changing".into()))
+    Err(StoreError::Corrupt(
+        "the session's active branch kept changing".into(),
+    ))
 }
 
 pub(crate) async fn finish<T: Tx>(
@@ -291,15 +314,12 @@ pub(crate) async fn finish<T: Tx>(
     let Some(row) = tx.end_branch(tenant, id.as_uuid(), finish).await? else {
         return Ok(match tx.lock_branch(tenant, id.as_uuid()).await? {
             None => Finished::NotFound,
-            Some(row) if row.status == BranchStatus::Active.as_str() => {
-                Finished::HasActiveChildren
-            }
-            Some(row) => Finished::NotActive(
-                row.status.parse().map_err(StoreError::Corrupt)?,
-            ),
+            Some(row) if row.status == BranchStatus::Active.as_str() => Finished::HasActiveChildren,
+            Some(row) => Finished::NotActive(row.status.parse().map_err(StoreError::Corrupt)?),
         });
     };
-    tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used).await?;
+    tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used)
+        .await?;
     tx.touch_session(tenant, &row.session_id, finish.at).await?;
     tx.release_slot(tenant).await?;
     Ok(Finished::Done(Box::new(row.try_into()?)))
@@ -318,7 +338,8 @@ pub(crate) async fn consume<T: Tx>(
     if row.status != BranchStatus::Active.as_str() {
         return Ok(None);
     }
-    let charge = ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
+    let charge =
+        ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
     if charge.granted > 0 || charge.exhausted {
         tx.record_consumption(
             tenant,
@@ -349,7 +370,9 @@ pub(crate) async fn fail_session_branches<T: Tx>(
     };
     let mut ended = 0;
     for id in tx.active_in_session(tenant, session).await? {
-        if let Finished::Done(_) = self::finish(tx, tenant, BranchId::from_uuid(id), &finish).await? {
+        if let Finished::Done(_) =
+            self::finish(tx, tenant, BranchId::from_uuid(id), &finish).await?
+        {
             ended += 1;
         }
     }

@@ -19,9 +19,8 @@ use uuid::Uuid;
 
 use crate::{
     ConnectOptions, CreateRefusal, DueBranch, Finish, Finished, IdleSession, NewBranch, Store,
-    StoreError,
+    StoreError, check_migrated, due_branch, idle_session,
     ops::{self, SessionLoad, Tx},
-    check_migrated, due_branch, idle_session,
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
 };
@@ -80,8 +79,18 @@ impl PgStore {
             attempt += 1;
             let (tx, result) = op(PgTx(self.pool.begin().await?)).await;
             let result = match result {
-                Ok(value) if keep(&value) => tx.0.commit().await.map(|()| value).map_err(StoreError::from),
-                Ok(value) => tx.0.rollback().await.map(|()| value).map_err(StoreError::from),
+                Ok(value) if keep(&value) => {
+                    tx.0.commit()
+                        .await
+                        .map(|()| value)
+                        .map_err(StoreError::from)
+                }
+                Ok(value) => {
+                    tx.0.rollback()
+                        .await
+                        .map(|()| value)
+                        .map_err(StoreError::from)
+                }
                 // Dropping the transaction rolls it back.
                 Err(e) => Err(e),
             };

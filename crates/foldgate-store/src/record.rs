@@ -5,9 +5,7 @@
 //! one row type serves both.
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{
-    Branch, BranchId, Ledger, Session, SessionId, Subject, TenantId, Tokens,
-};
+use foldgate_domain::{Branch, BranchId, Ledger, Session, SessionId, Subject, TenantId, Tokens};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -83,7 +81,11 @@ pub(crate) fn db_tokens(v: Tokens) -> i64 {
 }
 
 pub(crate) fn ledger(budget: i64, used: i64, reserved: i64) -> Result<Ledger, StoreError> {
-    Ok(Ledger { budget: tokens(budget)?, used: tokens(used)?, reserved: tokens(reserved)? })
+    Ok(Ledger {
+        budget: tokens(budget)?,
+        used: tokens(used)?,
+        reserved: tokens(reserved)?,
+    })
 }
 
 impl TryFrom<BranchRow> for Branch {

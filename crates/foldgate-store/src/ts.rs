@@ -1,11 +1,7 @@
 //! Timestamps as both backends store them.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::{
-    Database, Encode, Postgres, Sqlite, Type,
-    encode::IsNull,
-    error::BoxDynError,
-};
+use sqlx::{Database, Encode, Postgres, Sqlite, Type, encode::IsNull, error::BoxDynError};
 
 /// A timestamp to bind as a query parameter: `timestamptz` on Postgres, and
 /// on SQLite fixed-width RFC 3339 text in UTC with milliseconds, which

@@ -7,12 +7,19 @@
 //! between. It prints `A B C` ids per session, then `ready`, and waits to be
 //! killed. `supervise` starts the supervisor, prints each branch its first
 //! pass fired, and exits.
-#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout, reason = "test tool")]
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "test tool"
+)]
 
 use std::{sync::Arc, time::Duration};
 
 use clap::{Parser, Subcommand};
-use foldgate_engine::{CreateBranch, FoldingService, SupervisorConfig, SystemClock, supervisor::Supervisor};
+use foldgate_engine::{
+    CreateBranch, FoldingService, SupervisorConfig, SystemClock, supervisor::Supervisor,
+};
 use foldgate_store::{ConnectOptions, Store};
 use foldgate_testkit::{ServiceBuilder, principal};
 
@@ -44,7 +51,11 @@ async fn create(service: &FoldingService, session: &str, timeout: i64) -> foldga
         None,
     )
     .unwrap();
-    service.create(&principal("acme", "drill"), req).await.unwrap().branch
+    service
+        .create(&principal("acme", "drill"), req)
+        .await
+        .unwrap()
+        .branch
 }
 
 #[tokio::main]
@@ -52,7 +63,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let store: Arc<dyn Store> =
         foldgate_store::connect(&ConnectOptions::new(args.database_url), true).await?;
-    let service = ServiceBuilder::new(Arc::clone(&store)).clock(Arc::new(SystemClock)).build();
+    let service = ServiceBuilder::new(Arc::clone(&store))
+        .clock(Arc::new(SystemClock))
+        .build();
     match args.command {
         Command::Create { sessions } => {
             for i in 0..sessions {
