@@ -149,10 +149,9 @@ impl Outcome {
         match raw {
             None | Some("success") => Ok(Self::Success),
             Some("failure") => Ok(Self::Failure),
-            Some(_) => Err(crate::InvalidInput::new(
-                "outcome",
-                "must be \"success\" or \"failure\"",
-            )),
+            Some(_) => {
+                Err(crate::InvalidInput::new("outcome", "must be \"success\" or \"failure\""))
+            }
         }
     }
 

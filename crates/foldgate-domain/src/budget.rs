@@ -132,18 +132,12 @@ pub struct Consumption {
 
 impl Ledger {
     pub fn new(budget: Tokens) -> Self {
-        Self {
-            budget,
-            used: 0,
-            reserved: 0,
-        }
+        Self { budget, used: 0, reserved: 0 }
     }
 
     /// What can still be spent or lent.
     pub fn remaining(&self) -> Tokens {
-        self.budget
-            .saturating_sub(self.used)
-            .saturating_sub(self.reserved)
+        self.budget.saturating_sub(self.used).saturating_sub(self.reserved)
     }
 
     /// Lends a new child its budget, or refuses with what is available when
@@ -154,41 +148,21 @@ impl Ledger {
         if granted < min || granted == 0 {
             return Err(available);
         }
-        let parent = Self {
-            reserved: self.reserved + granted,
-            ..*self
-        };
+        let parent = Self { reserved: self.reserved + granted, ..*self };
         Ok(Allocation { granted, parent })
-    }
-
-    /// Takes back a child that ended: its loan is released, what it spent
-    /// stays spent here, and the rest is thereby refunded.
-    pub fn settle_child(&self, child_budget: Tokens, child_used: Tokens) -> Self {
-        Self {
-            budget: self.budget,
-            used: (self.used + child_used.min(child_budget)).min(self.budget),
-            reserved: self.reserved.saturating_sub(child_budget),
-        }
     }
 
     /// Charges `tokens`, capped at what remains, so a pool is never
     /// overspent however many callers charge it at once.
     pub fn consume(&self, tokens: Tokens, already_warned: bool) -> Consumption {
         let granted = tokens.min(self.remaining());
-        let ledger = Self {
-            used: self.used + granted,
-            ..*self
-        };
+        let ledger = Self { used: self.used + granted, ..*self };
         let warning = !already_warned && ledger.past_warning_threshold();
-        // A charge that asked for more than remained, or that used the last
-        // token, leaves the branch unable to do anything more.
-        let exhausted = tokens > 0 && ledger.remaining() == 0;
-        Consumption {
-            granted,
-            ledger,
-            warning,
-            exhausted,
-        }
+        // Exhausted when the pool's own spending reaches its budget. Tokens
+        // lent to active children are not spent: a charge capped by them is
+        // only cut short, and what the children leave comes back to it.
+        let exhausted = tokens > 0 && ledger.used >= ledger.budget;
+        Consumption { granted, ledger, warning, exhausted }
     }
 
     /// 80% of the budget has been spent.
@@ -225,41 +199,22 @@ mod tests {
     }
 
     #[test]
-    fn allocation_deducts_and_settlement_refunds_the_unspent_part() {
+    fn allocation_lends_from_what_remains() {
         let parent = Ledger::new(10_000);
         let a = parent.allocate(req(4_000), 256).unwrap();
         assert_eq!(a.granted, 4_000);
+        assert_eq!((a.parent.used, a.parent.reserved), (0, 4_000));
         assert_eq!(a.parent.remaining(), 6_000);
-
-        // The child spent 1,500 of its 4,000: the parent gets 2,500 back.
-        let settled = a.parent.settle_child(4_000, 1_500);
-        assert_eq!(
-            settled,
-            Ledger {
-                budget: 10_000,
-                used: 1_500,
-                reserved: 0
-            }
-        );
-        assert_eq!(settled.remaining(), 8_500);
     }
 
     #[test]
     fn a_short_parent_gives_what_it_has_or_refuses() {
-        let parent = Ledger {
-            budget: 10_000,
-            used: 9_000,
-            reserved: 500,
-        };
+        let parent = Ledger { budget: 10_000, used: 9_000, reserved: 500 };
         let a = parent.allocate(req(4_000), 256).unwrap();
         assert_eq!(a.granted, 500, "what remains");
         assert_eq!(a.parent.remaining(), 0);
 
-        let poorer = Ledger {
-            budget: 10_000,
-            used: 9_900,
-            reserved: 0,
-        };
+        let poorer = Ledger { budget: 10_000, used: 9_900, reserved: 0 };
         assert_eq!(poorer.allocate(req(4_000), 256), Err(100), "100 < min 256");
     }
 
@@ -269,11 +224,7 @@ mod tests {
         let c = l.consume(799, false);
         assert_eq!((c.granted, c.warning, c.exhausted), (799, false, false));
         let c = c.ledger.consume(1, false);
-        assert_eq!(
-            (c.granted, c.warning, c.exhausted),
-            (1, true, false),
-            "800 = 80%"
-        );
+        assert_eq!((c.granted, c.warning, c.exhausted), (1, true, false), "800 = 80%");
         let c = c.ledger.consume(10, true);
         assert!(!c.warning, "warned once only");
         let c = c.ledger.consume(500, true);
@@ -285,29 +236,19 @@ mod tests {
     }
 
     #[test]
-    fn reserved_tokens_cannot_be_spent() {
-        let l = Ledger {
-            budget: 1_000,
-            used: 0,
-            reserved: 900,
-        };
+    fn lent_tokens_cannot_be_spent_but_do_not_exhaust() {
+        let l = Ledger { budget: 1_000, used: 0, reserved: 900 };
         let c = l.consume(200, false);
-        assert_eq!(c.granted, 100);
-        assert!(c.exhausted);
+        assert_eq!(c.granted, 100, "cut short at what is not lent");
+        assert!(!c.exhausted, "the 900 lent tokens may still come back");
     }
 
     #[test]
     fn policy_validation() {
         assert!(BudgetPolicy::default().validate().is_ok());
-        let bad = BudgetPolicy {
-            default_budget: 40_000,
-            ..BudgetPolicy::default()
-        };
+        let bad = BudgetPolicy { default_budget: 40_000, ..BudgetPolicy::default() };
         assert!(bad.validate().is_err());
-        let bad = BudgetPolicy {
-            session_budget: 10,
-            ..BudgetPolicy::default()
-        };
+        let bad = BudgetPolicy { session_budget: 10, ..BudgetPolicy::default() };
         assert!(bad.validate().is_err());
     }
 }

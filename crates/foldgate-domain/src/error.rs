@@ -16,10 +16,7 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            field,
-            reason: reason.into(),
-        }
+        Self { field, reason: reason.into() }
     }
 }
 
@@ -37,6 +34,8 @@ pub enum ErrorCode {
     BudgetExhausted,
     RateLimited,
     ScrubbingFailed,
+    /// Concurrent changes to the same session kept winning; retry shortly.
+    Busy,
     Internal,
 }
 
@@ -51,6 +50,7 @@ impl ErrorCode {
             Self::BudgetExhausted => "budget_exhausted",
             Self::RateLimited => "rate_limited",
             Self::ScrubbingFailed => "scrubbing_failed",
+            Self::Busy => "busy",
             Self::Internal => "internal",
         }
     }

@@ -21,10 +21,7 @@ fn parse_id(field: &'static str, raw: &str) -> Result<String, InvalidInput> {
         return Err(InvalidInput::new(field, "must not be empty"));
     }
     if raw.chars().count() > MAX_ID_LEN {
-        return Err(InvalidInput::new(
-            field,
-            format!("must be at most {MAX_ID_LEN} characters"),
-        ));
+        return Err(InvalidInput::new(field, format!("must be at most {MAX_ID_LEN} characters")));
     }
     if let Some(bad) = raw.chars().find(|c| !is_id_char(*c)) {
         return Err(InvalidInput::new(
@@ -212,10 +209,7 @@ mod tests {
             (format!("br_{}", uuid.braced()), "braced"),
             (format!("BR_{}", uuid.hyphenated()), "upper-case prefix"),
             ("br_".to_owned(), "prefix only"),
-            (
-                "br_zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz".to_owned(),
-                "not hex",
-            ),
+            ("br_zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz".to_owned(), "not hex"),
         ];
         for (raw, why) in cases {
             let err = BranchId::parse(&raw).expect_err(why);

@@ -12,9 +12,7 @@ use crate::InvalidInput;
 /// Removes control characters except newline and tab. Carriage returns go
 /// too, so `\r\n` becomes `\n`.
 pub fn strip_control(raw: &str) -> String {
-    raw.chars()
-        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
-        .collect()
+    raw.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t')).collect()
 }
 
 fn parse_text(
@@ -103,54 +101,32 @@ mod tests {
 
     #[test]
     fn control_characters_are_stripped_except_newline_and_tab() {
-        assert_eq!(
-            strip_control("a\u{0}b\u{7}c\r\nd\te\u{1b}[31m\u{7f}"),
-            "abc\nd\te[31m"
-        );
-        assert_eq!(
-            strip_control("héllo\u{85}wörld"),
-            "héllowörld",
-            "C1 controls go too"
-        );
+        assert_eq!(strip_control("a\u{0}b\u{7}c\r\nd\te\u{1b}[31m\u{7f}"), "abc\nd\te[31m");
+        assert_eq!(strip_control("héllo\u{85}wörld"), "héllowörld", "C1 controls go too");
     }
 
     #[test]
     fn limits_count_characters_after_stripping() {
         let at_limit = "é".repeat(500);
-        assert!(
-            Description::parse(&at_limit).is_ok(),
-            "500 two-byte characters fit"
-        );
+        assert!(Description::parse(&at_limit).is_ok(), "500 two-byte characters fit");
         let over = "é".repeat(501);
         let err = Description::parse(&over).unwrap_err();
         assert_eq!(err.field, "description");
         assert!(err.reason.contains("500"), "{}", err.reason);
 
         let padded = format!("{}{}", "a".repeat(500), "\u{0}".repeat(20));
-        assert!(
-            Description::parse(&padded).is_ok(),
-            "stripped characters do not count"
-        );
+        assert!(Description::parse(&padded).is_ok(), "stripped characters do not count");
 
         assert!(Prompt::parse(&"p".repeat(10_000)).is_ok());
-        assert_eq!(
-            Prompt::parse(&"p".repeat(10_001)).unwrap_err().field,
-            "prompt"
-        );
+        assert_eq!(Prompt::parse(&"p".repeat(10_001)).unwrap_err().field, "prompt");
         assert!(Message::parse(&"m".repeat(50_000)).is_ok());
-        assert_eq!(
-            Message::parse(&"m".repeat(50_001)).unwrap_err().field,
-            "message"
-        );
+        assert_eq!(Message::parse(&"m".repeat(50_001)).unwrap_err().field, "message");
     }
 
     #[test]
     fn description_is_required_prompt_and_message_are_not() {
         assert!(Description::parse("").is_err());
-        assert!(
-            Description::parse(" \n\t\u{0}").is_err(),
-            "only blanks after stripping"
-        );
+        assert!(Description::parse(" \n\t\u{0}").is_err(), "only blanks after stripping");
         assert!(Prompt::parse("").is_ok());
         assert!(Message::parse("").is_ok());
     }

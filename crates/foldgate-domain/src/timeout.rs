@@ -18,10 +18,7 @@ pub struct TimeoutPolicy {
 
 impl Default for TimeoutPolicy {
     fn default() -> Self {
-        Self {
-            default_seconds: 300,
-            max_seconds: 600,
-        }
+        Self { default_seconds: 300, max_seconds: 600 }
     }
 }
 
@@ -94,21 +91,7 @@ mod tests {
     #[test]
     fn policy_validation() {
         assert!(TimeoutPolicy::default().validate().is_ok());
-        assert!(
-            TimeoutPolicy {
-                default_seconds: 700,
-                max_seconds: 600
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            TimeoutPolicy {
-                default_seconds: 0,
-                max_seconds: 600
-            }
-            .validate()
-            .is_err()
-        );
+        assert!(TimeoutPolicy { default_seconds: 700, max_seconds: 600 }.validate().is_err());
+        assert!(TimeoutPolicy { default_seconds: 0, max_seconds: 600 }.validate().is_err());
     }
 }

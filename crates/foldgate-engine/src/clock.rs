@@ -34,9 +34,7 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start: DateTime<Utc>) -> Self {
-        Self {
-            now: Arc::new(Mutex::new(to_millis(start))),
-        }
+        Self { now: Arc::new(Mutex::new(to_millis(start))) }
     }
 
     /// Starts at the current wall-clock time.

@@ -53,8 +53,15 @@ impl FoldingConfig {
         if self.max_depth == 0 {
             return Err("max_depth must be at least 1".into());
         }
-        if self.session_end_timeout.is_zero() || self.session_idle_timeout.is_zero() {
-            return Err("session timeouts must be positive".into());
+        if self.session_end_timeout.is_zero()
+            || self.session_end_timeout > Duration::from_secs(3600)
+        {
+            return Err("session_end_timeout must be between 1 s and 1 h".into());
+        }
+        if self.session_idle_timeout.is_zero()
+            || self.session_idle_timeout > Duration::from_secs(365 * 24 * 3600)
+        {
+            return Err("session_idle_timeout must be between 1 s and a year".into());
         }
         Ok(())
     }
@@ -90,13 +97,20 @@ impl Default for SupervisorConfig {
     }
 }
 
+/// Longest interval or lease the supervisor accepts: longer is surely a
+/// mistake in units.
+const MAX_SUPERVISOR_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
 impl SupervisorConfig {
     pub fn validate(&self) -> Result<(), String> {
-        if self.deadline_poll_interval.is_zero()
-            || self.idle_poll_interval.is_zero()
-            || self.claim_lease.is_zero()
-        {
-            return Err("supervisor intervals must be positive".into());
+        for (name, value) in [
+            ("deadline_poll_interval", self.deadline_poll_interval),
+            ("idle_poll_interval", self.idle_poll_interval),
+            ("claim_lease", self.claim_lease),
+        ] {
+            if value.is_zero() || value > MAX_SUPERVISOR_INTERVAL {
+                return Err(format!("supervisor {name} must be between 1 ms and 24 h"));
+            }
         }
         if self.batch_size == 0 {
             return Err("supervisor batch_size must be at least 1".into());
@@ -138,10 +152,7 @@ mod tests {
         assert_eq!(c.session_end_timeout, Duration::from_secs(30));
         assert!(c.validate().is_ok());
         assert!(SupervisorConfig::default().validate().is_ok());
-        let bad = FoldingConfig {
-            max_depth: 0,
-            ..FoldingConfig::default()
-        };
+        let bad = FoldingConfig { max_depth: 0, ..FoldingConfig::default() };
         assert!(bad.validate().is_err());
     }
 }

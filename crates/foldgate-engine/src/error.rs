@@ -23,19 +23,26 @@ pub enum FoldError {
     #[error("the parent has only {available} tokens left, below the minimum branch budget")]
     BudgetExhausted { available: Tokens },
     #[error("the prompt needs {prompt_tokens} tokens but the branch budget is {budget}")]
-    PromptOverBudget {
-        prompt_tokens: Tokens,
-        budget: Tokens,
-    },
+    PromptOverBudget { prompt_tokens: Tokens, budget: Tokens },
     #[error("limit reached ({}): retry after {} s", limit.as_str(), retry_after.as_secs())]
-    RateLimited {
-        limit: LimitKind,
-        retry_after: Duration,
-    },
+    RateLimited { limit: LimitKind, retry_after: Duration },
     #[error("the message could not be scrubbed of secrets; nothing was returned")]
     ScrubbingFailed,
+    /// Concurrent changes to the same session kept winning; retrying
+    /// shortly succeeds.
+    #[error("the session is changing concurrently; retry")]
+    Busy,
     #[error("storage failure")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for FoldError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Contended => Self::Busy,
+            other => Self::Store(other),
+        }
+    }
 }
 
 impl FoldError {
@@ -52,6 +59,7 @@ impl FoldError {
             }
             Self::RateLimited { .. } => ErrorCode::RateLimited,
             Self::ScrubbingFailed => ErrorCode::ScrubbingFailed,
+            Self::Busy => ErrorCode::Busy,
             Self::Store(_) => ErrorCode::Internal,
         }
     }

@@ -27,9 +27,7 @@ pub trait Scrubber: Send + Sync + Debug {
 /// The gateway's scrubber: gitleaks-format rules (see `foldgate-scrub`).
 impl Scrubber for RuleSet {
     fn scrub(&self, text: &str) -> Result<Scrubbed, ScrubFailure> {
-        let scrubbed = self
-            .scrub_text(text)
-            .map_err(|e| ScrubFailure(e.to_string()))?;
+        let scrubbed = self.scrub_text(text).map_err(|e| ScrubFailure(e.to_string()))?;
         Ok(Scrubbed {
             text: scrubbed.text,
             redactions: u64::try_from(scrubbed.report.total()).unwrap_or(u64::MAX),

@@ -1,11 +1,8 @@
 //! The folding use cases.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicI64, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicI64, Ordering},
 };
 
 use chrono::{DateTime, Utc};
@@ -18,7 +15,7 @@ use foldgate_store::{
 };
 use tokio::sync::Notify;
 
-use crate::{Clock, FoldError, FoldingConfig, Scrubber, TokenCounter};
+use crate::{Clock, FoldError, FoldingConfig, ScrubFailure, Scrubber, TokenCounter};
 
 /// A validated `branch_create`.
 #[derive(Debug, Clone)]
@@ -111,6 +108,9 @@ pub struct SessionEnded {
     /// Ending branch by branch ran out of time and the rest were failed in
     /// one transaction.
     pub bulk_failed: bool,
+    /// The session is now ended. `false` if it was used again meanwhile (a
+    /// new branch, or activity after it was found idle): it stays open.
+    pub session_ended: bool,
 }
 
 /// How often a return re-runs child cleanup when children keep appearing.
@@ -179,9 +179,7 @@ impl FoldingService {
             id: BranchId::generate(),
             session_id: req.session_id,
             owner: who.subject.clone(),
-            parent: req
-                .parent
-                .map_or(ParentChoice::Active, ParentChoice::Explicit),
+            parent: req.parent.map_or(ParentChoice::Active, ParentChoice::Explicit),
             description: req.description.into_string(),
             prompt: req.prompt.into_string(),
             budget: req.budget,
@@ -203,10 +201,7 @@ impl FoldingService {
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
             depth = branch.depth, budget = branch.ledger.budget, "branch created"
         );
-        Ok(Created {
-            branch,
-            budget_requested: req.budget.tokens(),
-        })
+        Ok(Created { branch, budget_requested: req.budget.tokens() })
     }
 
     /// Returns a branch: scrubs the message (failing closed), force-returns
@@ -218,13 +213,22 @@ impl FoldingService {
     ) -> Result<Returned, FoldError> {
         let branch = self.owned_branch(who, req.branch_id).await?;
         if branch.status != BranchStatus::Active {
-            return Err(FoldError::BranchNotActive {
-                status: branch.status,
-            });
+            return Err(FoldError::BranchNotActive { status: branch.status });
         }
         // Scrub before anything changes, so that a scrubbing failure leaves
-        // the whole tree as it was.
-        let scrubbed = self.scrubber.scrub(req.message.as_str()).map_err(|e| {
+        // the whole tree as it was. Scrubbing and counting 50,000 characters
+        // take milliseconds of CPU: off the async workers.
+        let scrubber = Arc::clone(&self.scrubber);
+        let tokens = self.tokens.clone();
+        let message = req.message.into_string();
+        let scrubbed = tokio::task::spawn_blocking(move || {
+            let scrubbed = scrubber.scrub(&message)?;
+            let count = tokens.count(&scrubbed.text);
+            Ok::<_, ScrubFailure>((scrubbed, count))
+        })
+        .await
+        .unwrap_or_else(|_panicked| Err(ScrubFailure("the scrubber panicked".into())));
+        let (scrubbed, result_tokens) = scrubbed.map_err(|e| {
             tracing::error!(tenant = %who.tenant, branch_id = %req.branch_id, error = %e,
                 "scrubbing failed; the return was refused");
             FoldError::ScrubbingFailed
@@ -233,18 +237,12 @@ impl FoldingService {
         let finish = Finish {
             status,
             reason,
-            result_tokens: self.tokens.count(&scrubbed.text),
+            result_tokens,
             result: Some(scrubbed.text.clone()),
             at: self.clock.now(),
         };
-        let (branch, children_ended) = self
-            .end_tree(
-                &who.tenant,
-                req.branch_id,
-                finish,
-                EndReason::ParentReturning,
-            )
-            .await?;
+        let (branch, children_ended) =
+            self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
@@ -288,7 +286,7 @@ impl FoldingService {
         id: BranchId,
         tokens: Tokens,
     ) -> Result<Consumed, FoldError> {
-        let branch = self.owned_branch(who, id).await?;
+        self.owned_branch(who, id).await?;
         let now = self.clock.now();
         let Some(consumption) = self.store.consume(&who.tenant, id, tokens, now).await? else {
             let status = self.owned_branch(who, id).await?.status;
@@ -300,20 +298,12 @@ impl FoldingService {
                 budget = consumption.ledger.budget, "branch has used 80% of its budget"
             );
         }
-        self.store
-            .touch_session(&who.tenant, &branch.session_id, now)
-            .await?;
         let mut forced_return = false;
         if consumption.exhausted {
-            forced_return = self
-                .force_return(&who.tenant, id, EndReason::BudgetExhausted)
-                .await?
-                .is_some();
+            forced_return =
+                self.force_return(&who.tenant, id, EndReason::BudgetExhausted).await?.is_some();
         }
-        Ok(Consumed {
-            consumption,
-            forced_return,
-        })
+        Ok(Consumed { consumption, forced_return })
     }
 
     /// Ends a session: force-returns every active branch deepest first,
@@ -327,55 +317,53 @@ impl FoldingService {
         if found.is_none_or(|s| s.owner != who.subject) {
             return Err(FoldError::SessionNotFound);
         }
-        self.end_session_of(&who.tenant, session).await
+        self.end_session_of(&who.tenant, session, None).await
     }
 
-    /// Ends a session on behalf of the gateway (idle timeout).
+    /// Ends a session on behalf of the gateway. With `idle_since` (the idle
+    /// reconciler), a session used again after that instant stays open.
     pub async fn end_session_of(
         &self,
         tenant: &TenantId,
         session: &SessionId,
+        idle_since: Option<DateTime<Utc>>,
     ) -> Result<SessionEnded, FoldError> {
+        // The bound is checked between branches rather than by cancelling a
+        // store call halfway, which would leave its transaction to be rolled
+        // back later while holding locks the fallback needs.
+        let give_up_at = tokio::time::Instant::now() + self.config.session_end_timeout;
         let mut ended = 0;
-        let one_by_one = async {
-            for id in self.store.active_in_session(tenant, session).await? {
-                if self
-                    .force_return(tenant, id, EndReason::SessionEnded)
-                    .await?
-                    .is_some()
-                {
-                    ended += 1;
-                }
-            }
-            Ok::<_, FoldError>(())
+        let mut bulk_failed = false;
+        // An idle session has no active branch (their deadlines are far
+        // shorter than the idle timeout); ending it is then one conditional
+        // update that a concurrent use of the session wins.
+        let active = if idle_since.is_some() {
+            Vec::new()
+        } else {
+            self.store.active_in_session(tenant, session).await?
         };
-        let bulk_failed =
-            match tokio::time::timeout(self.config.session_end_timeout, one_by_one).await {
-                Ok(result) => {
-                    result?;
-                    false
-                }
-                Err(_elapsed) => {
-                    tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
-                    let now = self.clock.now();
-                    ended += self
-                        .store
-                        .fail_session_branches(tenant, session, now)
-                        .await?;
-                    true
-                }
-            };
-        let now = self.clock.now();
-        if !self.store.end_session(tenant, session, now).await? {
-            // A branch was created while we were ending; it is a new use of
-            // the session, which stays open.
-            tracing::info!(%tenant, %session, "session stayed open: a branch was created meanwhile");
+        for id in active {
+            if tokio::time::Instant::now() >= give_up_at {
+                tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
+                let now = self.clock.now();
+                ended += self.store.fail_session_branches(tenant, session, now).await?;
+                bulk_failed = true;
+                break;
+            }
+            if self.force_return(tenant, id, EndReason::SessionEnded).await?.is_some() {
+                ended += 1;
+            }
         }
-        tracing::info!(%tenant, %session, branches_ended = ended, bulk_failed, "session ended");
-        Ok(SessionEnded {
-            branches_ended: ended,
-            bulk_failed,
-        })
+        let now = self.clock.now();
+        let session_ended = self.store.end_session(tenant, session, now, idle_since).await?;
+        if !session_ended {
+            // A branch was created (or, for an idle session, there was
+            // activity) meanwhile: a new use of the session, which stays open.
+            tracing::info!(%tenant, %session, "session stays open: it was used meanwhile");
+        }
+        tracing::info!(%tenant, %session, branches_ended = ended, bulk_failed, session_ended,
+            "session end");
+        Ok(SessionEnded { branches_ended: ended, bulk_failed, session_ended })
     }
 
     /// Force-returns a branch and, first, its active descendants (deepest
@@ -429,10 +417,7 @@ impl FoldingService {
                     children_ended.push(child);
                 }
             }
-            let finish = Finish {
-                at: self.clock.now(),
-                ..finish.clone()
-            };
+            let finish = Finish { at: self.clock.now(), ..finish.clone() };
             match self.store.finish(tenant, id, finish).await? {
                 Finished::Done(branch) => return Ok((*branch, children_ended)),
                 Finished::NotFound => return Err(FoldError::BranchNotFound),
@@ -441,10 +426,8 @@ impl FoldingService {
                 Finished::HasActiveChildren => {}
             }
         }
-        Err(FoldError::RateLimited {
-            limit: foldgate_domain::LimitKind::SessionCreationRate,
-            retry_after: Duration::from_secs(1),
-        })
+        // Children kept appearing faster than they could be ended.
+        Err(FoldError::Busy)
     }
 
     /// A branch the principal may see: another tenant's or another owner's
@@ -467,8 +450,7 @@ impl FoldingService {
     /// Used by the deadline reconciler: records its planned wake-up and
     /// returns the signal that cuts its sleep short.
     pub(crate) fn plan_wake(&self, at: DateTime<Utc>) -> &Notify {
-        self.planned_wake_ms
-            .store(at.timestamp_millis(), Ordering::Release);
+        self.planned_wake_ms.store(at.timestamp_millis(), Ordering::Release);
         &self.deadline_signal
     }
 }
@@ -480,13 +462,9 @@ fn refusal_error(refusal: CreateRefusal) -> FoldError {
         CreateRefusal::ParentNotActive { status } => FoldError::BranchNotActive { status },
         CreateRefusal::MaxDepthExceeded { max_depth } => FoldError::MaxDepthExceeded { max_depth },
         CreateRefusal::BudgetExhausted { available } => FoldError::BudgetExhausted { available },
-        CreateRefusal::PromptOverBudget {
-            prompt_tokens,
-            budget,
-        } => FoldError::PromptOverBudget {
-            prompt_tokens,
-            budget,
-        },
+        CreateRefusal::PromptOverBudget { prompt_tokens, budget } => {
+            FoldError::PromptOverBudget { prompt_tokens, budget }
+        }
         CreateRefusal::Limited { limit, retry_after } => {
             FoldError::RateLimited { limit, retry_after }
         }

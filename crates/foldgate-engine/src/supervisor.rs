@@ -31,6 +31,10 @@ pub struct Pass {
     pub error: Option<String>,
 }
 
+/// The shortest sleep between two deadline passes, so that a deadline that
+/// cannot be fired right now does not turn the loop into a busy one.
+const MIN_SLEEP: Duration = Duration::from_millis(10);
+
 /// Fires deadlines and finishes branches whose budget ran out.
 #[derive(Debug, Clone)]
 pub struct DeadlineReconciler {
@@ -46,21 +50,20 @@ impl DeadlineReconciler {
     /// One pass: claims due branches batch by batch, deepest first, and
     /// force-returns each.
     pub async fn activate(&self) -> Pass {
-        let now = self.service.clock().now();
-        let mut pass = Pass {
-            at: Some(now),
-            ..Pass::default()
-        };
-        if let Err(e) = self.fire_due(now, &mut pass).await {
+        let mut pass = Pass { at: Some(self.service.clock().now()), ..Pass::default() };
+        if let Err(e) = self.fire_due(&mut pass).await {
             tracing::error!(error = %e, "deadline pass failed");
             pass.error = Some(e.to_string());
         }
         pass
     }
 
-    async fn fire_due(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
+    async fn fire_due(&self, pass: &mut Pass) -> Result<(), FoldError> {
         let store = self.service.store();
         loop {
+            // Each claim's lease starts when it is taken, however long the
+            // pass has been running.
+            let now = self.service.clock().now();
             let mut due = store
                 .claim_due_branches(now, self.config.claim_lease, self.config.batch_size)
                 .await?;
@@ -69,14 +72,12 @@ impl DeadlineReconciler {
             }
             due.sort_by_key(|b| std::cmp::Reverse(b.depth));
             for branch in &due {
-                let fired = self
-                    .service
-                    .force_return(&branch.tenant, branch.id, branch.reason)
-                    .await?;
+                let fired =
+                    self.service.force_return(&branch.tenant, branch.id, branch.reason).await?;
                 if let Some(fired) = fired {
-                    let late = now - fired.deadline_at;
+                    let late = fired.completed_at.unwrap_or(now) - fired.deadline_at;
                     tracing::debug!(branch_id = %fired.id, reason = %branch.reason,
-                        late_ms = late.num_milliseconds(), "deadline fired");
+                        late_ms = late.num_milliseconds(), "branch due, force-returned");
                     pass.fired.push((fired.id, branch.reason));
                 }
             }
@@ -86,13 +87,12 @@ impl DeadlineReconciler {
         }
     }
 
-    /// How long to sleep: until the earliest deadline, at most the poll
-    /// interval.
+    /// When to wake: at the earliest unclaimed deadline, at most one poll
+    /// interval from now.
     async fn next_wake(&self) -> DateTime<Utc> {
         let now = self.service.clock().now();
-        let poll = now
-            + chrono::Duration::from_std(self.config.deadline_poll_interval).unwrap_or_default();
-        match self.service.store().next_deadline().await {
+        let poll = now + to_delta(self.config.deadline_poll_interval);
+        match self.service.store().next_deadline(now).await {
             Ok(Some(deadline)) => deadline.clamp(now, poll),
             Ok(None) => poll,
             Err(e) => {
@@ -104,13 +104,21 @@ impl DeadlineReconciler {
 
     async fn run(self, cancel: CancellationToken, status: watch::Sender<Pass>) {
         loop {
+            // Until the next wake-up is planned, every create signals: a
+            // deadline created while this pass runs is not missed.
+            self.service.plan_wake(DateTime::<Utc>::MAX_UTC);
             let pass = self.activate().await;
+            let failed = pass.error.is_some();
             status.send_replace(pass);
-            let wake = self.next_wake().await;
+            let wake = if failed {
+                // Back off: the database is probably unavailable.
+                self.service.clock().now() + to_delta(self.config.deadline_poll_interval)
+            } else {
+                self.next_wake().await
+            };
             let signal = self.service.plan_wake(wake);
-            let sleep = (wake - self.service.clock().now())
-                .to_std()
-                .unwrap_or(Duration::ZERO);
+            let sleep =
+                (wake - self.service.clock().now()).to_std().unwrap_or_default().max(MIN_SLEEP);
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(sleep) => {}
@@ -118,6 +126,10 @@ impl DeadlineReconciler {
             }
         }
     }
+}
+
+fn to_delta(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// Ends sessions that have been idle for `session_idle_timeout`.
@@ -134,10 +146,7 @@ impl IdleSessionReconciler {
 
     pub async fn activate(&self) -> Pass {
         let now = self.service.clock().now();
-        let mut pass = Pass {
-            at: Some(now),
-            ..Pass::default()
-        };
+        let mut pass = Pass { at: Some(now), ..Pass::default() };
         if let Err(e) = self.end_idle(now, &mut pass).await {
             tracing::error!(error = %e, "idle-session pass failed");
             pass.error = Some(e.to_string());
@@ -146,11 +155,8 @@ impl IdleSessionReconciler {
     }
 
     async fn end_idle(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
-        let idle = chrono::Duration::from_std(self.service.config().session_idle_timeout)
-            .unwrap_or(chrono::Duration::MAX);
-        let idle_since = now
-            .checked_sub_signed(idle)
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let idle = to_delta(self.service.config().session_idle_timeout);
+        let idle_since = now.checked_sub_signed(idle).unwrap_or(DateTime::<Utc>::MIN_UTC);
         loop {
             let sessions = self
                 .service
@@ -165,11 +171,13 @@ impl IdleSessionReconciler {
             for session in &sessions {
                 let ended = self
                     .service
-                    .end_session_of(&session.tenant, &session.id)
+                    .end_session_of(&session.tenant, &session.id, Some(idle_since))
                     .await?;
-                tracing::info!(tenant = %session.tenant, session_id = %session.id,
-                    branches_ended = ended.branches_ended, "idle session ended");
-                pass.sessions_ended += 1;
+                if ended.session_ended {
+                    tracing::info!(tenant = %session.tenant, session_id = %session.id,
+                        branches_ended = ended.branches_ended, "idle session ended");
+                    pass.sessions_ended += 1;
+                }
             }
             if sessions.len() < self.config.batch_size as usize {
                 return Ok(());
@@ -214,12 +222,13 @@ impl Supervisor {
             tokio::spawn(deadline.run(cancel.clone(), deadline_tx)),
             tokio::spawn(idle.run(cancel.clone(), idle_tx)),
         ];
-        Self {
-            cancel,
-            tasks,
-            deadlines,
-            idle_sessions,
-        }
+        Self { cancel, tasks, deadlines, idle_sessions }
+    }
+
+    /// Whether every reconciler is still running (for readiness checks): a
+    /// reconciler only stops when asked to.
+    pub fn is_running(&self) -> bool {
+        !self.cancel.is_cancelled() && self.tasks.iter().all(|t| !t.is_finished())
     }
 
     /// Stops the reconcilers after their current pass.

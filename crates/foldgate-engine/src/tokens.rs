@@ -28,9 +28,7 @@ pub struct TokenCounter {
 
 impl fmt::Debug for TokenCounter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TokenCounter")
-            .field("encoding", &self.encoding)
-            .finish_non_exhaustive()
+        f.debug_struct("TokenCounter").field("encoding", &self.encoding).finish_non_exhaustive()
     }
 }
 
@@ -41,10 +39,7 @@ impl TokenCounter {
             Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
         }
         .map_err(|e| format!("loading the {encoding:?} tokenizer: {e}"))?;
-        Ok(Self {
-            bpe: Arc::new(bpe),
-            encoding,
-        })
+        Ok(Self { bpe: Arc::new(bpe), encoding })
     }
 
     pub fn count(&self, text: &str) -> Tokens {
@@ -63,10 +58,7 @@ mod tests {
         assert_eq!(counter.count(""), 0);
         assert_eq!(counter.count("hello world"), 2);
         assert!(counter.count(&"lorem ipsum ".repeat(100)) >= 200);
-        assert_eq!(
-            counter.count("<|endoftext|>"),
-            counter.count("<|endoftext|>")
-        );
+        assert_eq!(counter.count("<|endoftext|>"), counter.count("<|endoftext|>"));
         let cl = TokenCounter::new(Encoding::Cl100kBase).unwrap();
         assert_eq!(cl.count("hello world"), 2);
     }

@@ -1,11 +1,6 @@
 //! The folding engine against real databases: every test runs on Postgres
 //! and on SQLite, each with a fresh database.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests"
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,8 +8,8 @@ use foldgate_domain::{
     BranchId, BranchStatus, EndReason, LimitKind, Limits, Message, Outcome, Principal, SessionId,
 };
 use foldgate_engine::{
-    CreateBranch, FoldError, FoldingConfig, FoldingService, ManualClock, ReturnBranch, StatusQuery,
-    SupervisorConfig,
+    Clock, CreateBranch, FoldError, FoldingConfig, FoldingService, ManualClock, ReturnBranch,
+    StatusQuery, SupervisorConfig,
     supervisor::{DeadlineReconciler, IdleSessionReconciler, Supervisor},
 };
 use foldgate_testkit::{
@@ -46,8 +41,10 @@ macro_rules! on_both_backends {
 on_both_backends!(
     nesting_reaches_depth_3_and_refuses_depth_4,
     explicit_parent_makes_siblings,
+    concurrent_implicit_creates_stack_up,
     budget_is_deducted_at_creation_and_the_unspent_part_refunded,
     exhaustion_force_returns_and_refunds_the_parent,
+    tokens_lent_to_children_cut_charges_short_without_exhausting,
     warning_at_80_percent_is_recorded_once,
     return_force_returns_active_children_deepest_first,
     second_return_is_refused,
@@ -85,25 +82,12 @@ async fn env_with(backend: Backend, config: FoldingConfig) -> Env {
         .config(config)
         .clock(Arc::new(clock.clone()))
         .build();
-    Env {
-        db,
-        service,
-        clock,
-        alice: principal("acme", "alice"),
-    }
+    Env { db, service, clock, alice: principal("acme", "alice") }
 }
 
 fn create_req(service: &FoldingService, session: &str, budget: Option<i64>) -> CreateBranch {
-    CreateBranch::parse(
-        service.config(),
-        session,
-        "look into it",
-        None,
-        budget,
-        None,
-        None,
-    )
-    .unwrap()
+    CreateBranch::parse(service.config(), session, "look into it", None, budget, None, None)
+        .unwrap()
 }
 
 async fn create(
@@ -112,11 +96,7 @@ async fn create(
     session: &str,
     budget: Option<i64>,
 ) -> foldgate_domain::Branch {
-    service
-        .create(who, create_req(service, session, budget))
-        .await
-        .unwrap()
-        .branch
+    service.create(who, create_req(service, session, budget)).await.unwrap().branch
 }
 
 async fn create_under(
@@ -140,22 +120,12 @@ fn ret(id: BranchId, message: &str) -> ReturnBranch {
 }
 
 async fn branch(env: &Env, id: BranchId) -> foldgate_domain::Branch {
-    env.service
-        .status(&env.alice, StatusQuery::Branch(id))
-        .await
-        .unwrap()
-        .unwrap()
+    env.service.status(&env.alice, StatusQuery::Branch(id)).await.unwrap().unwrap()
 }
 
 async fn session_pool(env: &Env, session: &str) -> foldgate_domain::Ledger {
     let id = SessionId::parse(session).unwrap();
-    env.service
-        .store()
-        .session(&env.alice.tenant, &id)
-        .await
-        .unwrap()
-        .unwrap()
-        .ledger
+    env.service.store().session(&env.alice.tenant, &id).await.unwrap().unwrap().ledger
 }
 
 async fn nesting_reaches_depth_3_and_refuses_depth_4(backend: Backend) {
@@ -165,36 +135,19 @@ async fn nesting_reaches_depth_3_and_refuses_depth_4(backend: Backend) {
     let b2 = create(s, &env.alice, "s", None).await;
     let b3 = create(s, &env.alice, "s", None).await;
     assert_eq!((b1.depth, b2.depth, b3.depth), (1, 2, 3));
-    assert_eq!(
-        b1.parent, None,
-        "the first branch hangs off the session root"
-    );
+    assert_eq!(b1.parent, None, "the first branch hangs off the session root");
     assert_eq!(b2.parent, Some(b1.id));
     assert_eq!(b3.parent, Some(b2.id));
 
-    let err = s
-        .create(&env.alice, create_req(s, "s", None))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, FoldError::MaxDepthExceeded { max_depth: 3 }),
-        "{err:?}"
-    );
+    let err = s.create(&env.alice, create_req(s, "s", None)).await.unwrap_err();
+    assert!(matches!(err, FoldError::MaxDepthExceeded { max_depth: 3 }), "{err:?}");
     assert_eq!(err.code().as_str(), "max_depth_exceeded");
 
     // The active branch is the deepest: after returning it, its parent is.
-    let active = s
-        .status(&env.alice, StatusQuery::Session(b1.session_id.clone()))
-        .await
-        .unwrap();
+    let active = s.status(&env.alice, StatusQuery::Session(b1.session_id.clone())).await.unwrap();
     assert_eq!(active.unwrap().id, b3.id);
-    s.return_branch(&env.alice, ret(b3.id, "done"))
-        .await
-        .unwrap();
-    let active = s
-        .status(&env.alice, StatusQuery::Session(b1.session_id.clone()))
-        .await
-        .unwrap();
+    s.return_branch(&env.alice, ret(b3.id, "done")).await.unwrap();
+    let active = s.status(&env.alice, StatusQuery::Session(b1.session_id.clone())).await.unwrap();
     assert_eq!(active.unwrap().id, b2.id);
     env.db.cleanup().await;
 }
@@ -212,11 +165,25 @@ async fn explicit_parent_makes_siblings(backend: Backend) {
     }
     assert_eq!(branch(&env, root.id).await.ledger.reserved, 3_000);
     // Returning one sibling leaves the others alone.
-    s.return_branch(&env.alice, ret(a.id, "tried approach A"))
-        .await
-        .unwrap();
+    s.return_branch(&env.alice, ret(a.id, "tried approach A")).await.unwrap();
     assert_eq!(branch(&env, b.id).await.status, BranchStatus::Active);
     assert_eq!(branch(&env, c.id).await.status, BranchStatus::Active);
+    env.db.cleanup().await;
+}
+
+async fn concurrent_implicit_creates_stack_up(backend: Backend) {
+    let env = env(backend).await;
+    let s = &env.service;
+    let root = create(s, &env.alice, "s", Some(30_000)).await;
+    let (a, b) = tokio::join!(
+        s.create(&env.alice, create_req(s, "s", Some(2_000))),
+        s.create(&env.alice, create_req(s, "s", Some(1_000))),
+    );
+    let (a, b) = (a.unwrap().branch, b.unwrap().branch);
+    let (upper, lower) = if a.depth < b.depth { (a, b) } else { (b, a) };
+    assert_eq!(upper.parent, Some(root.id));
+    assert_eq!(lower.parent, Some(upper.id), "the later create nests under the earlier one");
+    assert_eq!((upper.depth, lower.depth), (2, 3));
     env.db.cleanup().await;
 }
 
@@ -226,10 +193,7 @@ async fn budget_is_deducted_at_creation_and_the_unspent_part_refunded(backend: B
     let parent = create(s, &env.alice, "s", Some(20_000)).await;
     assert_eq!(session_pool(&env, "s").await.reserved, 20_000);
     let parent_used_at_start = parent.ledger.used;
-    assert!(
-        parent_used_at_start > 0,
-        "the description is charged at creation"
-    );
+    assert!(parent_used_at_start > 0, "the description is charged at creation");
 
     let child = create(s, &env.alice, "s", Some(5_000)).await;
     let p = branch(&env, parent.id).await;
@@ -237,28 +201,15 @@ async fn budget_is_deducted_at_creation_and_the_unspent_part_refunded(backend: B
     assert_eq!(p.ledger.remaining(), 20_000 - 5_000 - parent_used_at_start);
 
     s.consume(&env.alice, child.id, 1_000).await.unwrap();
-    let returned = s
-        .return_branch(&env.alice, ret(child.id, "found it"))
-        .await
-        .unwrap();
+    let returned = s.return_branch(&env.alice, ret(child.id, "found it")).await.unwrap();
     let child_used = returned.branch.ledger.used;
-    assert!(
-        child_used >= 1_000 + child.ledger.used,
-        "prompt, calls and message are charged"
-    );
+    assert!(child_used >= 1_000 + child.ledger.used, "prompt, calls and message are charged");
 
     let p = branch(&env, parent.id).await;
     assert_eq!(p.ledger.reserved, 0, "the loan is released");
-    assert_eq!(
-        p.ledger.used,
-        parent_used_at_start + child_used,
-        "only what was spent stays spent"
-    );
+    assert_eq!(p.ledger.used, parent_used_at_start + child_used, "only what was spent stays spent");
 
-    let returned = s
-        .return_branch(&env.alice, ret(parent.id, "summary"))
-        .await
-        .unwrap();
+    let returned = s.return_branch(&env.alice, ret(parent.id, "summary")).await.unwrap();
     let pool = session_pool(&env, "s").await;
     assert_eq!(pool.reserved, 0);
     assert_eq!(pool.used, returned.branch.ledger.used);
@@ -271,41 +222,49 @@ async fn exhaustion_force_returns_and_refunds_the_parent(backend: Backend) {
     let s = &env.service;
     let parent = create(s, &env.alice, "s", Some(10_000)).await;
     let child = create(s, &env.alice, "s", Some(1_000)).await;
-    let grandchild = create(s, &env.alice, "s", Some(300)).await;
 
     let consumed = s.consume(&env.alice, child.id, 5_000).await.unwrap();
     assert!(consumed.consumption.exhausted);
     assert!(consumed.forced_return);
-    assert_eq!(
-        consumed.consumption.ledger.used + consumed.consumption.ledger.reserved,
-        1_000
-    );
+    assert_eq!(consumed.consumption.granted, 1_000 - child.ledger.used, "cut at the budget");
 
     let c = branch(&env, child.id).await;
-    assert_eq!(
-        (c.status, c.reason),
-        (BranchStatus::Timeout, Some(EndReason::BudgetExhausted))
-    );
-    let g = branch(&env, grandchild.id).await;
-    assert_eq!(
-        (g.status, g.reason),
-        (BranchStatus::Failed, Some(EndReason::ParentReturning))
-    );
-
+    assert_eq!((c.status, c.reason), (BranchStatus::Timeout, Some(EndReason::BudgetExhausted)));
+    assert_eq!(c.ledger.used, 1_000, "the child's whole budget is spent");
     let p = branch(&env, parent.id).await;
+    assert_eq!(p.status, BranchStatus::Active);
     assert_eq!(p.ledger.reserved, 0);
-    assert_eq!(p.ledger.used, parent.ledger.used + c.ledger.used);
-    // The child spent all it had not lent; the grandchild's unspent loan
-    // came back to it when the grandchild was failed.
-    assert_eq!(c.ledger.used, 1_000 - 300 + g.ledger.used);
+    assert_eq!(p.ledger.used, parent.ledger.used + 1_000);
 
     let err = s.consume(&env.alice, child.id, 1).await.unwrap_err();
-    assert!(matches!(
-        err,
-        FoldError::BranchNotActive {
-            status: BranchStatus::Timeout
-        }
-    ));
+    assert!(matches!(err, FoldError::BranchNotActive { status: BranchStatus::Timeout }));
+    env.db.cleanup().await;
+}
+
+async fn tokens_lent_to_children_cut_charges_short_without_exhausting(backend: Backend) {
+    let env = env(backend).await;
+    let s = &env.service;
+    let parent = create(s, &env.alice, "s", Some(1_000)).await;
+    let child = create(s, &env.alice, "s", Some(600)).await;
+    let left = 1_000 - 600 - parent.ledger.used;
+
+    // The parent spends all it has not lent: cut short, not exhausted.
+    let consumed = s.consume(&env.alice, parent.id, 5_000).await.unwrap();
+    assert_eq!(consumed.consumption.granted, left);
+    assert!(!consumed.consumption.exhausted && !consumed.forced_return);
+    assert_eq!(branch(&env, parent.id).await.status, BranchStatus::Active);
+
+    // The child spends its whole budget; settling it fills the parent, which
+    // the supervisor then force-returns.
+    let forced = s.consume(&env.alice, child.id, 5_000).await.unwrap();
+    assert!(forced.forced_return);
+    let p = branch(&env, parent.id).await;
+    assert_eq!((p.ledger.used, p.ledger.reserved), (1_000, 0));
+    let reconciler = DeadlineReconciler::new(Arc::clone(s), SupervisorConfig::default());
+    let pass = reconciler.activate().await;
+    assert_eq!(pass.fired, vec![(parent.id, EndReason::BudgetExhausted)]);
+    let p = branch(&env, parent.id).await;
+    assert_eq!((p.status, p.reason), (BranchStatus::Timeout, Some(EndReason::BudgetExhausted)));
     env.db.cleanup().await;
 }
 
@@ -324,11 +283,7 @@ async fn warning_at_80_percent_is_recorded_once(backend: Backend) {
     env.clock.advance(Duration::from_secs(1));
     let third = s.consume(&env.alice, b.id, 10).await.unwrap();
     assert!(!third.consumption.warning, "only once");
-    assert_eq!(
-        branch(&env, b.id).await.warned_at,
-        warned_at,
-        "first crossing is kept"
-    );
+    assert_eq!(branch(&env, b.id).await.warned_at, warned_at, "first crossing is kept");
     env.db.cleanup().await;
 }
 
@@ -340,10 +295,7 @@ async fn return_force_returns_active_children_deepest_first(backend: Backend) {
     let b3 = create(s, &env.alice, "s", Some(1_000)).await;
     let side = create_under(s, &env.alice, "s", b1.id, 1_000).await;
 
-    let returned = s
-        .return_branch(&env.alice, ret(b1.id, "all done"))
-        .await
-        .unwrap();
+    let returned = s.return_branch(&env.alice, ret(b1.id, "all done")).await.unwrap();
     assert_eq!(returned.branch.status, BranchStatus::Completed);
     assert_eq!(returned.message, "all done");
     let order = &returned.children_ended;
@@ -353,10 +305,7 @@ async fn return_force_returns_active_children_deepest_first(backend: Backend) {
 
     for id in [b2.id, b3.id, side.id] {
         let b = branch(&env, id).await;
-        assert_eq!(
-            (b.status, b.reason),
-            (BranchStatus::Failed, Some(EndReason::ParentReturning))
-        );
+        assert_eq!((b.status, b.reason), (BranchStatus::Failed, Some(EndReason::ParentReturning)));
         assert!(b.completed_at.unwrap() <= returned.branch.completed_at.unwrap());
     }
     let pool = session_pool(&env, "s").await;
@@ -369,25 +318,11 @@ async fn second_return_is_refused(backend: Backend) {
     let env = env(backend).await;
     let s = &env.service;
     let b = create(s, &env.alice, "s", None).await;
-    s.return_branch(&env.alice, ret(b.id, "first"))
-        .await
-        .unwrap();
-    let err = s
-        .return_branch(&env.alice, ret(b.id, "second"))
-        .await
-        .unwrap_err();
-    assert!(matches!(
-        err,
-        FoldError::BranchNotActive {
-            status: BranchStatus::Completed
-        }
-    ));
+    s.return_branch(&env.alice, ret(b.id, "first")).await.unwrap();
+    let err = s.return_branch(&env.alice, ret(b.id, "second")).await.unwrap_err();
+    assert!(matches!(err, FoldError::BranchNotActive { status: BranchStatus::Completed }));
     assert_eq!(err.code().as_str(), "branch_not_active");
-    assert_eq!(
-        branch(&env, b.id).await.result.as_deref(),
-        Some("first"),
-        "unchanged"
-    );
+    assert_eq!(branch(&env, b.id).await.result.as_deref(), Some("first"), "unchanged");
 
     // A failure outcome ends the branch `failed`, with the message as context.
     let f = create(s, &env.alice, "s", None).await;
@@ -399,10 +334,7 @@ async fn second_return_is_refused(backend: Backend) {
     let returned = s.return_branch(&env.alice, req).await.unwrap();
     assert_eq!(returned.branch.status, BranchStatus::Failed);
     assert_eq!(returned.branch.reason, Some(EndReason::ReportedFailure));
-    assert_eq!(
-        returned.branch.result.as_deref(),
-        Some("could not reproduce")
-    );
+    assert_eq!(returned.branch.result.as_deref(), Some("could not reproduce"));
     env.db.cleanup().await;
 }
 
@@ -437,10 +369,7 @@ async fn return_deadline_and_exhaustion_race_and_exactly_one_wins(backend: Backe
             Err(e) => panic!("round {round}: consume failed: {e:?}"),
         }
         let end = branch(&env, b.id).await;
-        assert_eq!(
-            wins, 1,
-            "round {round}: exactly one transition, ended as {end:?}"
-        );
+        assert_eq!(wins, 1, "round {round}: exactly one transition, ended as {end:?}");
         *winners.entry((end.status, end.reason)).or_insert(0) += 1;
         let pool = session_pool(&env, &session).await;
         assert_eq!(pool.reserved, 0, "round {round}");
@@ -478,10 +407,7 @@ async fn concurrent_consumption_never_overspends(backend: Backend) {
     assert_eq!(granted, 2_000 - start, "exactly the budget was granted");
     assert_eq!(end.ledger.used, 2_000, "and recorded");
     assert_eq!(forced, 1, "one forced return");
-    assert_eq!(
-        (end.status, end.reason),
-        (BranchStatus::Timeout, Some(EndReason::BudgetExhausted))
-    );
+    assert_eq!((end.status, end.reason), (BranchStatus::Timeout, Some(EndReason::BudgetExhausted)));
     env.db.cleanup().await;
 }
 
@@ -518,45 +444,28 @@ async fn create_concurrently(
 }
 
 fn roomy(limits: Limits) -> FoldingConfig {
-    FoldingConfig {
-        max_depth: 1_000,
-        limits,
-        ..FoldingConfig::default()
-    }
+    FoldingConfig { max_depth: 1_000, limits, ..FoldingConfig::default() }
 }
 
 async fn session_concurrency_limit_holds_under_concurrent_creates(backend: Backend) {
-    let limits = Limits {
-        creations_per_minute: 1_000,
-        ..Limits::default()
-    };
+    let limits = Limits { creations_per_minute: 1_000, ..Limits::default() };
     let env = env_with(backend, roomy(limits)).await;
     let root = create(&env.service, &env.alice, "s", Some(32_768)).await;
-    let calls = (0..25)
-        .map(|_| (env.alice.clone(), "s".to_owned()))
-        .collect();
+    let calls = (0..25).map(|_| (env.alice.clone(), "s".to_owned())).collect();
     let (ok, limited) = create_concurrently(&env.service, calls, Some(root.id)).await;
     assert_eq!(ok, 9, "the root is the tenth");
     assert_eq!(limited.len(), 16);
     assert!(
-        limited
-            .iter()
-            .all(|(l, r)| *l == LimitKind::SessionActive && *r >= Duration::from_secs(1))
+        limited.iter().all(|(l, r)| *l == LimitKind::SessionActive && *r >= Duration::from_secs(1))
     );
     assert_eq!(active_counters(&env.db, "acme").await, (10, 10));
     env.db.cleanup().await;
 }
 
 async fn tenant_and_deployment_limits_hold_under_concurrent_creates(backend: Backend) {
-    let limits = Limits {
-        max_active_per_tenant: 5,
-        max_active_total: 8,
-        ..Limits::default()
-    };
+    let limits = Limits { max_active_per_tenant: 5, max_active_total: 8, ..Limits::default() };
     let env = env_with(backend, roomy(limits)).await;
-    let calls = (0..12)
-        .map(|i| (env.alice.clone(), format!("s{i}")))
-        .collect();
+    let calls = (0..12).map(|i| (env.alice.clone(), format!("s{i}"))).collect();
     let (ok, limited) = create_concurrently(&env.service, calls, None).await;
     assert_eq!(ok, 5, "tenant limit");
     assert!(limited.iter().all(|(l, _)| *l == LimitKind::TenantActive));
@@ -570,11 +479,7 @@ async fn tenant_and_deployment_limits_hold_under_concurrent_creates(backend: Bac
             .iter()
             .all(|(l, _)| matches!(l, LimitKind::DeploymentActive | LimitKind::TenantActive))
     );
-    assert!(
-        limited
-            .iter()
-            .any(|(l, _)| *l == LimitKind::DeploymentActive)
-    );
+    assert!(limited.iter().any(|(l, _)| *l == LimitKind::DeploymentActive));
     assert_eq!(active_counters(&env.db, "acme").await, (5, 8));
     assert_eq!(active_counters(&env.db, "globex").await, (3, 8));
     env.db.cleanup().await;
@@ -583,9 +488,7 @@ async fn tenant_and_deployment_limits_hold_under_concurrent_creates(backend: Bac
 async fn creation_rate_limit_holds_under_concurrent_creates(backend: Backend) {
     let env = env_with(backend, roomy(Limits::default())).await;
     let root = create(&env.service, &env.alice, "s", Some(32_768)).await;
-    let calls = (0..12)
-        .map(|_| (env.alice.clone(), "s".to_owned()))
-        .collect();
+    let calls = (0..12).map(|_| (env.alice.clone(), "s".to_owned())).collect();
     let (ok, limited) = create_concurrently(&env.service, calls, Some(root.id)).await;
     assert_eq!(ok, 4, "the root was the first of five");
     assert_eq!(limited.len(), 8);
@@ -615,29 +518,16 @@ async fn session_end_fails_every_branch_and_refunds_the_pool(backend: Backend) {
     let mut total = 0;
     for id in [b1.id, b2.id, b3.id] {
         let b = branch(&env, id).await;
-        assert_eq!(
-            (b.status, b.reason),
-            (BranchStatus::Failed, Some(EndReason::SessionEnded))
-        );
+        assert_eq!((b.status, b.reason), (BranchStatus::Failed, Some(EndReason::SessionEnded)));
         if b.depth == 1 {
             total += b.ledger.used;
         }
     }
-    let stored = s
-        .store()
-        .session(&env.alice.tenant, &sid)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = s.store().session(&env.alice.tenant, &sid).await.unwrap().unwrap();
     assert_eq!(stored.status, foldgate_domain::SessionStatus::Ended);
     assert_eq!((stored.ledger.reserved, stored.ledger.used), (0, total));
     assert!(total >= 700);
-    assert!(
-        s.status(&env.alice, StatusQuery::Session(sid.clone()))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(s.status(&env.alice, StatusQuery::Session(sid.clone())).await.unwrap().is_none());
     assert_eq!(
         branch(&env, other.id).await.status,
         BranchStatus::Active,
@@ -645,21 +535,10 @@ async fn session_end_fails_every_branch_and_refunds_the_pool(backend: Backend) {
     );
 
     // Ending again is harmless; a new create reopens the session with a fresh pool.
-    assert_eq!(
-        s.end_session(&env.alice, &sid)
-            .await
-            .unwrap()
-            .branches_ended,
-        0
-    );
+    assert_eq!(s.end_session(&env.alice, &sid).await.unwrap().branches_ended, 0);
     let again = create(s, &env.alice, "s", None).await;
     assert_eq!(again.depth, 1);
-    let reopened = s
-        .store()
-        .session(&env.alice.tenant, &sid)
-        .await
-        .unwrap()
-        .unwrap();
+    let reopened = s.store().session(&env.alice.tenant, &sid).await.unwrap().unwrap();
     assert_eq!(reopened.status, foldgate_domain::SessionStatus::Open);
     assert_eq!(reopened.ledger.used, 0);
     env.db.cleanup().await;
@@ -676,52 +555,25 @@ async fn other_tenants_and_owners_see_nothing_and_change_nothing(backend: Backen
         (principal("globex", "alice"), "another tenant"),
         (principal("acme", "mallory"), "another owner"),
     ] {
-        let err = s
-            .status(&who, StatusQuery::Branch(mine.id))
-            .await
-            .unwrap_err();
+        let err = s.status(&who, StatusQuery::Branch(mine.id)).await.unwrap_err();
+        assert!(matches!(err, FoldError::BranchNotFound), "{why}: status {err:?}");
         assert!(
-            matches!(err, FoldError::BranchNotFound),
-            "{why}: status {err:?}"
-        );
-        assert!(
-            s.status(&who, StatusQuery::Session(sid.clone()))
-                .await
-                .unwrap()
-                .is_none(),
+            s.status(&who, StatusQuery::Session(sid.clone())).await.unwrap().is_none(),
             "{why}"
         );
-        let err = s
-            .return_branch(&who, ret(mine.id, "hijack"))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, FoldError::BranchNotFound),
-            "{why}: return {err:?}"
-        );
+        let err = s.return_branch(&who, ret(mine.id, "hijack")).await.unwrap_err();
+        assert!(matches!(err, FoldError::BranchNotFound), "{why}: return {err:?}");
         let err = s.consume(&who, mine.id, 100).await.unwrap_err();
-        assert!(
-            matches!(err, FoldError::BranchNotFound),
-            "{why}: consume {err:?}"
-        );
+        assert!(matches!(err, FoldError::BranchNotFound), "{why}: consume {err:?}");
         let mut req = create_req(s, "s", None);
         req.parent = Some(mine.id);
         let err = s.create(&who, req).await.unwrap_err();
-        assert!(
-            matches!(err, FoldError::BranchNotFound),
-            "{why}: explicit parent {err:?}"
-        );
+        assert!(matches!(err, FoldError::BranchNotFound), "{why}: explicit parent {err:?}");
         let err = s.end_session(&who, &sid).await.unwrap_err();
-        assert!(
-            matches!(err, FoldError::SessionNotFound),
-            "{why}: end {err:?}"
-        );
+        assert!(matches!(err, FoldError::SessionNotFound), "{why}: end {err:?}");
     }
     // Same tenant, same session id, other owner: refused as not found.
-    let err = s
-        .create(&principal("acme", "mallory"), create_req(s, "s", None))
-        .await
-        .unwrap_err();
+    let err = s.create(&principal("acme", "mallory"), create_req(s, "s", None)).await.unwrap_err();
     assert!(matches!(err, FoldError::SessionNotFound), "{err:?}");
     // Another tenant may use the same session id for its own session.
     let theirs = create(s, &principal("globex", "alice"), "s", None).await;
@@ -733,45 +585,21 @@ async fn other_tenants_and_owners_see_nothing_and_change_nothing(backend: Backen
 
 async fn scrubber_failure_leaves_the_branch_active_and_stores_nothing(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let s = ServiceBuilder::new(db.connect().await)
-        .scrubber(Arc::new(FailingScrubber))
-        .build();
+    let s = ServiceBuilder::new(db.connect().await).scrubber(Arc::new(FailingScrubber)).build();
     let alice = principal("acme", "alice");
     let parent = create(&s, &alice, "s", Some(10_000)).await;
     let child = create(&s, &alice, "s", None).await;
-    let before = s
-        .status(&alice, StatusQuery::Branch(parent.id))
-        .await
-        .unwrap()
-        .unwrap();
+    let before = s.status(&alice, StatusQuery::Branch(parent.id)).await.unwrap().unwrap();
 
-    let err = s
-        .return_branch(&alice, ret(parent.id, "AKIAIOSFODNN7REALKEY"))
-        .await
-        .unwrap_err();
+    let err = s.return_branch(&alice, ret(parent.id, "AKIAIOSFODNN7REALKEY")).await.unwrap_err();
     assert!(matches!(err, FoldError::ScrubbingFailed), "{err:?}");
     assert_eq!(err.code().as_str(), "scrubbing_failed");
-    assert!(
-        !err.to_string().contains("AKIA"),
-        "the error does not echo the message"
-    );
+    assert!(!err.to_string().contains("AKIA"), "the error does not echo the message");
 
-    let after = s
-        .status(&alice, StatusQuery::Branch(parent.id))
-        .await
-        .unwrap()
-        .unwrap();
+    let after = s.status(&alice, StatusQuery::Branch(parent.id)).await.unwrap().unwrap();
     assert_eq!(after, before, "still active, no result stored");
-    let c = s
-        .status(&alice, StatusQuery::Branch(child.id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        c.status,
-        BranchStatus::Active,
-        "children are not touched either"
-    );
+    let c = s.status(&alice, StatusQuery::Branch(child.id)).await.unwrap().unwrap();
+    assert_eq!(c.status, BranchStatus::Active, "children are not touched either");
     db.cleanup().await;
 }
 
@@ -781,16 +609,9 @@ async fn returned_message_is_scrubbed_before_it_is_stored(backend: Backend) {
     let b = create(s, &env.alice, "s", None).await;
     let key = format!("ghp_{}", "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8");
     let message = format!("Found the bug in auth.rs. The CI token was {key}; rotate it.");
-    let returned = s
-        .return_branch(&env.alice, ret(b.id, &message))
-        .await
-        .unwrap();
+    let returned = s.return_branch(&env.alice, ret(b.id, &message)).await.unwrap();
     assert!(!returned.message.contains(&key), "{}", returned.message);
-    assert!(
-        returned.message.contains("[REDACTED:"),
-        "{}",
-        returned.message
-    );
+    assert!(returned.message.contains("[REDACTED:"), "{}", returned.message);
     assert!(returned.message.starts_with("Found the bug in auth.rs."));
     assert_eq!(returned.redactions, 1);
     let stored = branch(&env, b.id).await.result.unwrap();
@@ -804,28 +625,42 @@ async fn deadline_fires_children_first_with_their_reasons(backend: Backend) {
     let mut req = create_req(s, "s", Some(10_000));
     req.timeout = foldgate_domain::TimeoutRequest::parse(Some(10), &s.config().timeout).unwrap();
     let parent = s.create(&env.alice, req).await.unwrap().branch;
-    let child = create(s, &env.alice, "s", None).await; // default 300 s
+    let child = create(s, &env.alice, "s", None).await; // asks for the default 300 s
+    assert_eq!(child.deadline_at, parent.deadline_at, "a child never outlives its parent");
     let reconciler = DeadlineReconciler::new(Arc::clone(s), SupervisorConfig::default());
 
     env.clock.advance(Duration::from_secs(9));
     assert!(reconciler.activate().await.fired.is_empty(), "not yet due");
-
     env.clock.advance(Duration::from_secs(2));
-    let pass = reconciler.activate().await;
-    assert_eq!(pass.fired, vec![(parent.id, EndReason::DeadlineExceeded)]);
-    let p = branch(&env, parent.id).await;
-    assert_eq!(
-        (p.status, p.reason),
-        (BranchStatus::Timeout, Some(EndReason::DeadlineExceeded))
+    let err = s.create(&env.alice, create_req(s, "s", None)).await.unwrap_err();
+    assert!(
+        matches!(err, FoldError::BranchNotActive { status: BranchStatus::Timeout }),
+        "no child under a branch past its deadline: {err:?}"
     );
-    let c = branch(&env, child.id).await;
-    assert_eq!(
-        (c.status, c.reason),
-        (BranchStatus::Failed, Some(EndReason::ParentReturning))
-    );
-    assert!(c.completed_at <= p.completed_at);
 
+    let pass = reconciler.activate().await;
+    assert_eq!(
+        pass.fired,
+        vec![(child.id, EndReason::DeadlineExceeded), (parent.id, EndReason::DeadlineExceeded)],
+        "deepest first"
+    );
+    let p = branch(&env, parent.id).await;
+    assert_eq!((p.status, p.reason), (BranchStatus::Timeout, Some(EndReason::DeadlineExceeded)));
+    let c = branch(&env, child.id).await;
+    assert_eq!((c.status, c.reason), (BranchStatus::Timeout, Some(EndReason::DeadlineExceeded)));
+    assert!(c.completed_at <= p.completed_at);
     assert!(reconciler.activate().await.fired.is_empty(), "idempotent");
+
+    // A parent force-returned for its deadline takes children that are not
+    // yet due (here: exhausted ones are not; a branch with a longer
+    // deadline cannot exist) with it, as `parent_returning`.
+    let mut req = create_req(s, "t", Some(10_000));
+    req.timeout = foldgate_domain::TimeoutRequest::parse(Some(10), &s.config().timeout).unwrap();
+    let parent = s.create(&env.alice, req).await.unwrap().branch;
+    let child = create(s, &env.alice, "t", None).await;
+    s.force_return(&env.alice.tenant, parent.id, EndReason::DeadlineExceeded).await.unwrap();
+    let c = branch(&env, child.id).await;
+    assert_eq!((c.status, c.reason), (BranchStatus::Failed, Some(EndReason::ParentReturning)));
     env.db.cleanup().await;
 }
 
@@ -843,11 +678,7 @@ async fn supervisor_fires_a_deadline_within_a_second(backend: Backend) {
     let mut ended = Vec::new();
     for id in ids {
         let b = loop {
-            let b = s
-                .status(&alice, StatusQuery::Branch(id))
-                .await
-                .unwrap()
-                .unwrap();
+            let b = s.status(&alice, StatusQuery::Branch(id)).await.unwrap().unwrap();
             if b.status.is_terminal() {
                 break b;
             }
@@ -859,10 +690,7 @@ async fn supervisor_fires_a_deadline_within_a_second(backend: Backend) {
         );
         let late = b.completed_at.unwrap() - b.deadline_at;
         assert!(late >= chrono::Duration::zero(), "never early");
-        assert!(
-            late < chrono::Duration::seconds(1),
-            "fired {late} after the deadline"
-        );
+        assert!(late < chrono::Duration::seconds(1), "fired {late} after the deadline");
         ended.push(late);
     }
     println!("deadline lateness: {ended:?}");
@@ -878,38 +706,30 @@ async fn idle_sessions_are_ended(backend: Backend) {
     let env = env_with(backend, config).await;
     let s = &env.service;
     let idle = create(s, &env.alice, "idle", None).await;
-    s.return_branch(&env.alice, ret(idle.id, "done"))
-        .await
-        .unwrap();
+    s.return_branch(&env.alice, ret(idle.id, "done")).await.unwrap();
     env.clock.advance(Duration::from_secs(1800));
     let busy = create(s, &env.alice, "busy", None).await;
     let reconciler = IdleSessionReconciler::new(Arc::clone(s), SupervisorConfig::default());
 
-    assert_eq!(
-        reconciler.activate().await.sessions_ended,
-        0,
-        "30 minutes is not idle"
-    );
+    assert_eq!(reconciler.activate().await.sessions_ended, 0, "30 minutes is not idle");
     env.clock.advance(Duration::from_secs(1801));
     let pass = reconciler.activate().await;
     assert_eq!(pass.sessions_ended, 1, "{pass:?}");
     let sid = SessionId::parse("idle").unwrap();
-    let stored = s
-        .store()
-        .session(&env.alice.tenant, &sid)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = s.store().session(&env.alice.tenant, &sid).await.unwrap().unwrap();
     assert_eq!(stored.status, foldgate_domain::SessionStatus::Ended);
     let busy_sid = SessionId::parse("busy").unwrap();
-    let stored = s
-        .store()
-        .session(&env.alice.tenant, &busy_sid)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = s.store().session(&env.alice.tenant, &busy_sid).await.unwrap().unwrap();
     assert_eq!(stored.status, foldgate_domain::SessionStatus::Open);
     assert_eq!(branch(&env, busy.id).await.status, BranchStatus::Active);
+
+    // A session found idle but used before it is ended stays open.
+    let stale = env.clock.now() - chrono::Duration::seconds(10);
+    let back = create(s, &env.alice, "idle", None).await;
+    let sid = SessionId::parse("idle").unwrap();
+    let ended = s.end_session_of(&env.alice.tenant, &sid, Some(stale)).await.unwrap();
+    assert!(!ended.session_ended);
+    assert_eq!(branch(&env, back.id).await.status, BranchStatus::Active, "its branch lives");
     env.db.cleanup().await;
 }
 
@@ -917,15 +737,10 @@ async fn two_engines_fire_each_deadline_exactly_once(backend: Backend) {
     let db = TestDb::new(backend).await;
     let clock = ManualClock::starting_now();
     let engines: Vec<_> = futures::future::join_all((0..2).map(|_| async {
-        ServiceBuilder::new(db.connect().await)
-            .clock(Arc::new(clock.clone()))
-            .build()
+        ServiceBuilder::new(db.connect().await).clock(Arc::new(clock.clone())).build()
     }))
     .await;
-    let config = SupervisorConfig {
-        batch_size: 7,
-        ..SupervisorConfig::default()
-    };
+    let config = SupervisorConfig { batch_size: 7, ..SupervisorConfig::default() };
     let alice = principal("acme", "alice");
     let mut created = std::collections::HashSet::new();
     for i in 0..40 {
@@ -942,21 +757,11 @@ async fn two_engines_fire_each_deadline_exactly_once(backend: Backend) {
     assert_eq!((a.error.clone(), b.error.clone()), (None, None));
     let fired_a: std::collections::HashSet<_> = a.fired.iter().map(|(id, _)| *id).collect();
     let fired_b: std::collections::HashSet<_> = b.fired.iter().map(|(id, _)| *id).collect();
-    assert_eq!(
-        fired_a.len() + fired_b.len(),
-        40,
-        "a: {}, b: {}",
-        a.fired.len(),
-        b.fired.len()
-    );
+    assert_eq!(fired_a.len() + fired_b.len(), 40, "a: {}, b: {}", a.fired.len(), b.fired.len());
     assert!(fired_a.is_disjoint(&fired_b), "no branch fired twice");
     let all: std::collections::HashSet<_> = fired_a.union(&fired_b).copied().collect();
     assert_eq!(all, created);
-    println!(
-        "engine A fired {}, engine B fired {}",
-        fired_a.len(),
-        fired_b.len()
-    );
+    println!("engine A fired {}, engine B fired {}", fired_a.len(), fired_b.len());
     for s in &engines {
         s.store().close().await;
     }
@@ -965,35 +770,20 @@ async fn two_engines_fire_each_deadline_exactly_once(backend: Backend) {
 
 async fn refusals_for_budget_and_prompt_size(backend: Backend) {
     let config = FoldingConfig {
-        budget: foldgate_domain::BudgetPolicy {
-            session_budget: 10_000,
-            ..Default::default()
-        },
+        budget: foldgate_domain::BudgetPolicy { session_budget: 10_000, ..Default::default() },
         ..FoldingConfig::default()
     };
     let env = env_with(backend, config).await;
     let s = &env.service;
     let big = create(s, &env.alice, "s", Some(32_768)).await;
     assert_eq!(big.ledger.budget, 10_000, "the parent gives what it has");
-    let other = s
-        .create(&env.alice, create_req(s, "s2", Some(100_000)))
-        .await
-        .unwrap();
-    assert_eq!(
-        other.branch.ledger.budget, 10_000,
-        "capped at the session pool"
-    );
+    let other = s.create(&env.alice, create_req(s, "s2", Some(100_000))).await.unwrap();
+    assert_eq!(other.branch.ledger.budget, 10_000, "capped at the session pool");
     assert_eq!(other.budget_requested, 32_768, "and at max_budget first");
 
     s.consume(&env.alice, big.id, 9_800).await.unwrap();
-    let err = s
-        .create(&env.alice, create_req(s, "s", None))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, FoldError::BudgetExhausted { available } if available < 256),
-        "{err:?}"
-    );
+    let err = s.create(&env.alice, create_req(s, "s", None)).await.unwrap_err();
+    assert!(matches!(err, FoldError::BudgetExhausted { available } if available < 256), "{err:?}");
     assert_eq!(err.code().as_str(), "budget_exhausted");
 
     let prompt = "word ".repeat(2_000);
@@ -1001,18 +791,10 @@ async fn refusals_for_budget_and_prompt_size(backend: Backend) {
         CreateBranch::parse(s.config(), "s3", "x", Some(&prompt), Some(256), None, None).unwrap();
     let err = s.create(&env.alice, req).await.unwrap_err();
     assert!(matches!(err, FoldError::PromptOverBudget { .. }), "{err:?}");
-    assert_eq!(
-        active_counters(&env.db, "acme").await,
-        (2, 2),
-        "refusals wrote nothing"
-    );
+    assert_eq!(active_counters(&env.db, "acme").await, (2, 2), "refusals wrote nothing");
     let s3 = SessionId::parse("s3").unwrap();
     assert!(
-        s.store()
-            .session(&env.alice.tenant, &s3)
-            .await
-            .unwrap()
-            .is_none(),
+        s.store().session(&env.alice.tenant, &s3).await.unwrap().is_none(),
         "no session either"
     );
     env.db.cleanup().await;

@@ -65,21 +65,13 @@ fn bench(c: &mut Criterion) {
     assert!(rules.scrub_text(&benign).unwrap().report.is_clean());
     let found = rules.scrub_text(&secrets).unwrap().report.total();
     assert!(found > 20, "only {found} secrets found");
-    eprintln!(
-        "input: {} bytes benign; {} bytes with {found} secrets",
-        benign.len(),
-        secrets.len()
-    );
+    eprintln!("input: {} bytes benign; {} bytes with {found} secrets", benign.len(), secrets.len());
 
     let mut group = c.benchmark_group("scrub_text_50k");
     group.throughput(Throughput::Bytes(benign.len() as u64));
-    group.bench_function("benign", |b| {
-        b.iter(|| rules.scrub_text(black_box(&benign)))
-    });
+    group.bench_function("benign", |b| b.iter(|| rules.scrub_text(black_box(&benign))));
     group.throughput(Throughput::Bytes(secrets.len() as u64));
-    group.bench_function("with_secrets", |b| {
-        b.iter(|| rules.scrub_text(black_box(&secrets)))
-    });
+    group.bench_function("with_secrets", |b| b.iter(|| rules.scrub_text(black_box(&secrets))));
     group.finish();
 }
 

@@ -37,9 +37,6 @@ fn default_use_builtin() -> bool {
 
 impl Default for ScrubConfig {
     fn default() -> Self {
-        Self {
-            use_builtin: true,
-            rules_file: None,
-        }
+        Self { use_builtin: true, rules_file: None }
     }
 }

@@ -72,11 +72,7 @@ pub enum LoadError {
 }
 
 fn join_rejected(rejected: &[RejectedRule]) -> String {
-    rejected
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    rejected.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Why a piece of input could not be scrubbed.

@@ -42,19 +42,14 @@ impl RuleSet {
     /// size limit, [`ScrubError::TooDeep`] past the nesting limit,
     /// [`ScrubError::Internal`] if a detected value would survive.
     pub fn scrub_json(&self, value: &Value) -> Result<ScrubbedJson, ScrubError> {
-        let mut budget = Budget {
-            bytes: 0,
-            max_bytes: self.max_input_bytes,
-            max_depth: self.max_json_depth,
-        };
+        let mut budget =
+            Budget { bytes: 0, max_bytes: self.max_input_bytes, max_depth: self.max_json_depth };
         let mut strings: Vec<&str> = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
         self.collect(value, 0, &mut budget, &mut strings, &mut slots)?;
 
         let values = strings.iter().zip(&slots).flat_map(|(s, slot)| {
-            slot.findings
-                .iter()
-                .map(move |f| (s.get(f.start..f.end), f.rule))
+            slot.findings.iter().map(move |f| (s.get(f.start..f.end), f.rule))
         });
         let secrets = SecretIndex::from_values(values)?;
         let mut report = Report::default();
@@ -80,9 +75,7 @@ impl RuleSet {
             Value::String(s) => {
                 budget.add(s.len())?;
                 strings.push(s);
-                slots.push(Slot {
-                    findings: self.find(s),
-                });
+                slots.push(Slot { findings: self.find(s) });
             }
             Value::Array(items) => {
                 for item in items {
@@ -93,9 +86,7 @@ impl RuleSet {
                 for (key, member) in map {
                     budget.add(key.len())?;
                     strings.push(key);
-                    slots.push(Slot {
-                        findings: self.find(key),
-                    });
+                    slots.push(Slot { findings: self.find(key) });
                     if let Value::String(s) = member {
                         budget.enter(depth + 1)?;
                         budget.add(s.len())?;
@@ -130,11 +121,7 @@ impl RuleSet {
             let start = f.start.max(offset);
             let end = f.end.min(value_end);
             if start < end {
-                findings.push(Finding {
-                    start: start - offset,
-                    end: end - offset,
-                    rule: f.rule,
-                });
+                findings.push(Finding { start: start - offset, end: end - offset, rule: f.rule });
             }
         }
     }
@@ -213,9 +200,7 @@ struct Budget {
 impl Budget {
     fn enter(&self, depth: usize) -> Result<(), ScrubError> {
         if depth > self.max_depth {
-            return Err(ScrubError::TooDeep {
-                max: self.max_depth,
-            });
+            return Err(ScrubError::TooDeep { max: self.max_depth });
         }
         Ok(())
     }
@@ -223,10 +208,7 @@ impl Budget {
     fn add(&mut self, len: usize) -> Result<(), ScrubError> {
         self.bytes = self.bytes.saturating_add(len);
         if self.bytes > self.max_bytes {
-            return Err(ScrubError::InputTooLarge {
-                len: self.bytes,
-                max: self.max_bytes,
-            });
+            return Err(ScrubError::InputTooLarge { len: self.bytes, max: self.max_bytes });
         }
         Ok(())
     }

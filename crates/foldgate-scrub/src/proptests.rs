@@ -92,11 +92,7 @@ fn strip_markers(s: &str) -> String {
 
 /// The values the scrubber detected in `text`.
 fn detected(text: &str) -> Vec<String> {
-    RULES
-        .find(text)
-        .iter()
-        .map(|f| text[f.start..f.end].to_owned())
-        .collect()
+    RULES.find(text).iter().map(|f| text[f.start..f.end].to_owned()).collect()
 }
 
 fn assert_no_detected_value_survives(input: &str, output: &str) -> Result<(), TestCaseError> {
@@ -165,8 +161,5 @@ proptest! {
 
 #[test]
 fn strip_markers_removes_only_markers() {
-    assert_eq!(
-        strip_markers("a[REDACTED:x]b[REDACTED:y"),
-        "a\u{1}b[REDACTED:y"
-    );
+    assert_eq!(strip_markers("a[REDACTED:x]b[REDACTED:y"), "a\u{1}b[REDACTED:y");
 }

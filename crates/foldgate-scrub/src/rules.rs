@@ -70,14 +70,9 @@ impl Allowlist {
             RegexTarget::Line => c.line,
         };
         // gitleaks treats an empty target as "no regex match".
-        let regex_hit = self
-            .regex
-            .as_ref()
-            .map(|re| !target.is_empty() && re.is_match(target));
-        let stop_hit = self
-            .stopwords
-            .as_ref()
-            .map(|ac| ac.is_match(c.secret.to_lowercase().as_str()));
+        let regex_hit = self.regex.as_ref().map(|re| !target.is_empty() && re.is_match(target));
+        let stop_hit =
+            self.stopwords.as_ref().map(|ac| ac.is_match(c.secret.to_lowercase().as_str()));
         match self.condition {
             Condition::Or => regex_hit == Some(true) || stop_hit == Some(true),
             Condition::And => {
@@ -153,10 +148,7 @@ fn from_raw(raw: RawConfig) -> Result<Parsed, LoadError> {
         }
     }
 
-    let mut parsed = Parsed {
-        targeted,
-        ..Parsed::default()
-    };
+    let mut parsed = Parsed { targeted, ..Parsed::default() };
     for (index, table) in raw.rules.into_iter().enumerate() {
         let fallback_id = format!("rules[{index}]");
         let id = match table.get("id").and_then(toml::Value::as_str) {
@@ -166,23 +158,18 @@ fn from_raw(raw: RawConfig) -> Result<Parsed, LoadError> {
         let rule = match toml::Value::Table(table).try_into::<RawRule>() {
             Ok(rule) => rule,
             Err(e) => {
-                parsed.rejected.push(RejectedRule {
-                    rule_id: id,
-                    reason: e.to_string().trim().to_owned(),
-                });
+                parsed
+                    .rejected
+                    .push(RejectedRule { rule_id: id, reason: e.to_string().trim().to_owned() });
                 continue;
             }
         };
         match compile_rule(rule, &id, &global) {
             Ok(Compiled::Rule(rule)) => parsed.rules.push(*rule),
-            Ok(Compiled::Skipped(reason)) => parsed.skipped.push(SkippedRule {
-                rule_id: id,
-                reason,
-            }),
-            Err(reason) => parsed.rejected.push(RejectedRule {
-                rule_id: id,
-                reason,
-            }),
+            Ok(Compiled::Skipped(reason)) => {
+                parsed.skipped.push(SkippedRule { rule_id: id, reason })
+            }
+            Err(reason) => parsed.rejected.push(RejectedRule { rule_id: id, reason }),
         }
     }
     Ok(parsed)
@@ -232,12 +219,8 @@ fn compile_rule(raw: RawRule, id: &str, global: &[Arc<Allowlist>]) -> Result<Com
     if !entropy.is_finite() || entropy < 0.0 {
         return Err(format!("entropy {entropy} is not a non-negative number"));
     }
-    let mut keywords: Vec<String> = raw
-        .keywords
-        .iter()
-        .map(|k| k.to_lowercase())
-        .filter(|k| !k.is_empty())
-        .collect();
+    let mut keywords: Vec<String> =
+        raw.keywords.iter().map(|k| k.to_lowercase()).filter(|k| !k.is_empty()).collect();
     // The prefilter folds ASCII case only; a keyword with other letters could
     // miss a differently-cased occurrence, so such a rule always runs.
     if keywords.len() != raw.keywords.len() || keywords.iter().any(|k| !k.is_ascii()) {
@@ -251,15 +234,10 @@ fn compile_rule(raw: RawRule, id: &str, global: &[Arc<Allowlist>]) -> Result<Com
         if !list.target_rules.is_empty() {
             return Err("`targetRules` is only valid in a global allowlist".to_owned());
         }
-        allowlists.push(Arc::new(
-            compile_allowlist(list).map_err(|e| format!("allowlist: {e}"))?,
-        ));
+        allowlists.push(Arc::new(compile_allowlist(list).map_err(|e| format!("allowlist: {e}"))?));
     }
     if !raw.required.is_empty() {
-        tracing::debug!(
-            rule = id,
-            "`required` is not supported; the rule runs on its own"
-        );
+        tracing::debug!(rule = id, "`required` is not supported; the rule runs on its own");
     }
     let generic = raw.id.to_ascii_lowercase().contains("generic");
     Ok(Compiled::Rule(Box::new(Rule {
@@ -276,25 +254,19 @@ fn compile_rule(raw: RawRule, id: &str, global: &[Arc<Allowlist>]) -> Result<Com
 
 /// Translates and compiles one gitleaks regex.
 pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(&go_to_rust(pattern))
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| match e {
+    RegexBuilder::new(&go_to_rust(pattern)).size_limit(REGEX_SIZE_LIMIT).build().map_err(
+        |e| match e {
             regex::Error::Syntax(msg) => format!("regex does not compile: {msg}"),
             regex::Error::CompiledTooBig(limit) => {
                 format!("regex is too large to compile (over {limit} bytes)")
             }
             other => format!("regex does not compile: {other}"),
-        })
+        },
+    )
 }
 
 fn compile_allowlist(raw: RawAllowlist) -> Result<Allowlist, String> {
-    let condition = match raw
-        .condition
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
+    let condition = match raw.condition.as_deref().map(str::to_ascii_uppercase).as_deref() {
         None | Some("" | "OR" | "||") => Condition::Or,
         Some("AND" | "&&") => Condition::And,
         Some(other) => return Err(format!("unknown condition `{other}` (expected AND or OR)")),
@@ -304,9 +276,7 @@ fn compile_allowlist(raw: RawAllowlist) -> Result<Allowlist, String> {
         Some("match") => RegexTarget::Match,
         Some("line") => RegexTarget::Line,
         Some(other) => {
-            return Err(format!(
-                "unknown regexTarget `{other}` (expected secret, match or line)"
-            ));
+            return Err(format!("unknown regexTarget `{other}` (expected secret, match or line)"));
         }
     };
     if raw.commits.is_empty()
@@ -334,12 +304,8 @@ fn compile_allowlist(raw: RawAllowlist) -> Result<Allowlist, String> {
     } else {
         // An empty stop word would exempt every finding; ignore it rather
         // than disable the rule.
-        let words: Vec<String> = raw
-            .stopwords
-            .iter()
-            .map(|w| w.to_lowercase())
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words: Vec<String> =
+            raw.stopwords.iter().map(|w| w.to_lowercase()).filter(|w| !w.is_empty()).collect();
         if words.is_empty() {
             return Err("stopwords are all empty".to_owned());
         }
@@ -347,11 +313,5 @@ fn compile_allowlist(raw: RawAllowlist) -> Result<Allowlist, String> {
     };
     let unsatisfiable =
         condition == Condition::And && (!raw.paths.is_empty() || !raw.commits.is_empty());
-    Ok(Allowlist {
-        condition,
-        target,
-        regex,
-        stopwords,
-        unsatisfiable,
-    })
+    Ok(Allowlist { condition, target, regex, stopwords, unsatisfiable })
 }

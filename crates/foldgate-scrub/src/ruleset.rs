@@ -86,18 +86,13 @@ impl RuleSet {
         let targeted = std::mem::take(&mut parsed.targeted)
             .into_iter()
             .map(|(targets, list)| {
-                let targets = targets
-                    .into_iter()
-                    .filter(|t| known.contains(t.as_str()))
-                    .collect::<Vec<_>>();
+                let targets =
+                    targets.into_iter().filter(|t| known.contains(t.as_str())).collect::<Vec<_>>();
                 (targets, list)
             })
             .collect();
         parsed.targeted = targeted;
-        Ok(LenientLoad {
-            rules: Self::assemble(vec![parsed])?,
-            rejected,
-        })
+        Ok(LenientLoad { rules: Self::assemble(vec![parsed])?, rejected })
     }
 
     /// Builds the rule set an operator configured: the built-in set, the
@@ -113,16 +108,12 @@ impl RuleSet {
             documents.push(parse_document(BUILTIN_RULES)?);
         }
         if let Some(path) = &cfg.rules_file {
-            let src = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let src = std::fs::read_to_string(path)
+                .map_err(|source| LoadError::Io { path: path.clone(), source })?;
             documents.push(parse_document(&src)?);
         }
-        let rejected: Vec<RejectedRule> = documents
-            .iter_mut()
-            .flat_map(|d| std::mem::take(&mut d.rejected))
-            .collect();
+        let rejected: Vec<RejectedRule> =
+            documents.iter_mut().flat_map(|d| std::mem::take(&mut d.rejected)).collect();
         if !rejected.is_empty() {
             return Err(LoadError::InvalidRules(rejected));
         }
@@ -157,9 +148,7 @@ impl RuleSet {
 
     /// Id and description of each compiled rule, in load order.
     pub fn rule_descriptions(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        self.rules
-            .iter()
-            .map(|r| (r.id.as_str(), r.description.as_str()))
+        self.rules.iter().map(|r| (r.id.as_str(), r.description.as_str()))
     }
 
     /// Rules that are valid gitleaks configuration but do not apply to text

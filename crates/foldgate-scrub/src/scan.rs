@@ -52,10 +52,7 @@ impl RuleSet {
         self.check_size(text.len())?;
         let findings = self.find(text);
         if findings.is_empty() {
-            return Ok(Scrubbed {
-                text: text.to_owned(),
-                report: Report::default(),
-            });
+            return Ok(Scrubbed { text: text.to_owned(), report: Report::default() });
         }
         let secrets = SecretIndex::build(text, &findings)?;
         let mut report = Report::default();
@@ -65,10 +62,7 @@ impl RuleSet {
 
     pub(crate) fn check_size(&self, len: usize) -> Result<(), ScrubError> {
         if len > self.max_input_bytes {
-            return Err(ScrubError::InputTooLarge {
-                len,
-                max: self.max_input_bytes,
-            });
+            return Err(ScrubError::InputTooLarge { len, max: self.max_input_bytes });
         }
         Ok(())
     }
@@ -92,11 +86,7 @@ impl RuleSet {
                 }
             }
         }
-        active
-            .iter()
-            .enumerate()
-            .filter_map(|(i, on)| on.then_some(i))
-            .collect()
+        active.iter().enumerate().filter_map(|(i, on)| on.then_some(i)).collect()
     }
 
     /// Every finding in `text`, unmerged and in no particular order.
@@ -123,9 +113,9 @@ impl RuleSet {
         let mut out = String::with_capacity(text.len());
         let mut last = 0;
         for region in &regions {
-            let gap = text.get(last..region.start).ok_or(ScrubError::Internal(
-                "finding is not on a character boundary",
-            ))?;
+            let gap = text
+                .get(last..region.start)
+                .ok_or(ScrubError::Internal("finding is not on a character boundary"))?;
             check_gap(gap, secrets)?;
             out.push_str(gap);
             let rule = self
@@ -138,9 +128,9 @@ impl RuleSet {
             report.record(&rule.id);
             last = region.end;
         }
-        let tail = text.get(last..).ok_or(ScrubError::Internal(
-            "finding is not on a character boundary",
-        ))?;
+        let tail = text
+            .get(last..)
+            .ok_or(ScrubError::Internal("finding is not on a character boundary"))?;
         check_gap(tail, secrets)?;
         out.push_str(tail);
         Ok(out)
@@ -151,9 +141,9 @@ impl RuleSet {
 /// be passed on unchanged.
 fn check_gap(gap: &str, secrets: Option<&SecretIndex>) -> Result<(), ScrubError> {
     match secrets {
-        Some(index) if index.occurs_in(gap) => Err(ScrubError::Internal(
-            "a detected secret value survived redaction",
-        )),
+        Some(index) if index.occurs_in(gap) => {
+            Err(ScrubError::Internal("a detected secret value survived redaction"))
+        }
         _ => Ok(()),
     }
 }
@@ -178,20 +168,13 @@ fn find_rule(rule: &Rule, index: usize, text: &str, findings: &mut Vec<Finding>)
             continue;
         }
         if !rule.allowlists.is_empty() {
-            let candidate = Candidate {
-                secret,
-                matched: &text[ms..me],
-                line: line_around(text, ms, me),
-            };
+            let candidate =
+                Candidate { secret, matched: &text[ms..me], line: line_around(text, ms, me) };
             if rule.allowlists.iter().any(|a| a.allows(&candidate)) {
                 continue;
             }
         }
-        findings.push(Finding {
-            start: ss,
-            end: se,
-            rule: index,
-        });
+        findings.push(Finding { start: ss, end: se, rule: index });
     }
 }
 
@@ -226,14 +209,10 @@ fn line_around(text: &str, start: usize, end: usize) -> &str {
 
 /// Whether `s` is exactly one redaction marker.
 fn is_marker(s: &str) -> bool {
-    s.strip_prefix(MARKER_PREFIX)
-        .and_then(|rest| rest.strip_suffix(']'))
-        .is_some_and(|id| {
-            !id.is_empty()
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        })
+    s.strip_prefix(MARKER_PREFIX).and_then(|rest| rest.strip_suffix(']')).is_some_and(|id| {
+        !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    })
 }
 
 /// Shannon entropy in bits per character.
@@ -320,9 +299,8 @@ impl SecretIndex {
     ) -> Result<Option<Self>, ScrubError> {
         let mut values: Vec<(String, usize)> = Vec::new();
         for (value, rule) in pairs {
-            let value = value.ok_or(ScrubError::Internal(
-                "finding is not on a character boundary",
-            ))?;
+            let value =
+                value.ok_or(ScrubError::Internal("finding is not on a character boundary"))?;
             if !value.is_empty() && !values.iter().any(|(v, _)| v == value) {
                 values.push((value.to_owned(), rule));
             }
@@ -332,10 +310,8 @@ impl SecretIndex {
         }
         // Longest first, so an occurrence is recorded with its full extent.
         values.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let mut prefixes: Vec<&[u8]> = values
-            .iter()
-            .map(|(v, _)| &v.as_bytes()[..v.len().min(PREFIX_LEN)])
-            .collect();
+        let mut prefixes: Vec<&[u8]> =
+            values.iter().map(|(v, _)| &v.as_bytes()[..v.len().min(PREFIX_LEN)]).collect();
         prefixes.sort_unstable();
         prefixes.dedup();
         let prefixes = AhoCorasickBuilder::new()
@@ -421,9 +397,7 @@ mod tests {
             (Some("abcdefghijklmnopqrstuvwxyz"), 2),
             (Some("abc"), 3),
         ];
-        let index = SecretIndex::from_values(values.into_iter())
-            .unwrap()
-            .unwrap();
+        let index = SecretIndex::from_values(values.into_iter()).unwrap().unwrap();
         let mut found = Vec::new();
         index.add_occurrences("xxabcdefghijklmnopqxx abc", &mut found);
         found.sort_by_key(|f| (f.start, f.end));

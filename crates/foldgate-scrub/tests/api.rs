@@ -37,22 +37,14 @@ fn text_redaction_keeps_surrounding_structure() {
         "line one\nexport GITHUB_TOKEN=\"[REDACTED:github-pat]\" # ci\nline three\n"
     );
     assert_eq!(out.report.total(), 1);
-    assert_eq!(
-        out.report.by_rule().collect::<Vec<_>>(),
-        vec![("github-pat", 1)]
-    );
+    assert_eq!(out.report.by_rule().collect::<Vec<_>>(), vec![("github-pat", 1)]);
 }
 
 #[test]
 fn secret_group_limits_redaction_to_the_secret() {
     let pw = common::secret("{an:16}", "url");
-    let out = builtin()
-        .scrub_text(&format!("postgres://app:{pw}@db.internal:5432/app"))
-        .unwrap();
-    assert_eq!(
-        out.text,
-        "postgres://app:[REDACTED:url-credentials]@db.internal:5432/app"
-    );
+    let out = builtin().scrub_text(&format!("postgres://app:{pw}@db.internal:5432/app")).unwrap();
+    assert_eq!(out.text, "postgres://app:[REDACTED:url-credentials]@db.internal:5432/app");
 }
 
 #[test]
@@ -137,9 +129,7 @@ fn json_key_names_give_context_to_values() {
         })
     );
     // The same value with no telling key is not a secret on its own...
-    let alone = builtin()
-        .scrub_json(&json!({"note": "hunter2hunter2"}))
-        .unwrap();
+    let alone = builtin().scrub_json(&json!({"note": "hunter2hunter2"})).unwrap();
     assert!(alone.report.is_clean());
     // ...but once found anywhere in the document it is hidden everywhere.
     let echoed = builtin()
@@ -181,9 +171,7 @@ fn oversized_input_is_an_error_not_a_pass_through() {
     let err = rules.scrub_text(&"a".repeat(65)).unwrap_err();
     assert_eq!(err, ScrubError::InputTooLarge { len: 65, max: 64 });
     assert!(rules.scrub_text(&"a".repeat(64)).is_ok());
-    let err = rules
-        .scrub_json(&json!(["a".repeat(40), "b".repeat(40)]))
-        .unwrap_err();
+    let err = rules.scrub_json(&json!(["a".repeat(40), "b".repeat(40)])).unwrap_err();
     assert!(matches!(err, ScrubError::InputTooLarge { max: 64, .. }));
 }
 
@@ -194,10 +182,7 @@ fn deep_json_is_an_error() {
         value = json!([value]);
     }
     let rules = builtin().with_max_json_depth(5);
-    assert_eq!(
-        rules.scrub_json(&value).unwrap_err(),
-        ScrubError::TooDeep { max: 5 }
-    );
+    assert_eq!(rules.scrub_json(&value).unwrap_err(), ScrubError::TooDeep { max: 5 });
     assert!(builtin().with_max_json_depth(10).scrub_json(&value).is_ok());
 }
 
@@ -247,15 +232,9 @@ regex = '''q+'''
         panic!("strict load must fail");
     };
     let ids: Vec<_> = rejected.iter().map(|r| r.rule_id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["bad-regex", "bad-group", "misspelt-field", "rules[4]"]
-    );
+    assert_eq!(ids, ["bad-regex", "bad-group", "misspelt-field", "rules[4]"]);
     let message = LoadError::InvalidRules(rejected).to_string();
-    assert!(
-        message.contains("bad-regex") && message.contains("secretGroup 2"),
-        "{message}"
-    );
+    assert!(message.contains("bad-regex") && message.contains("secretGroup 2"), "{message}");
 
     let lenient = RuleSet::from_toml_str_lenient(src).unwrap();
     assert_eq!(lenient.rules.rule_count(), 1);
@@ -328,30 +307,18 @@ secretGroup = 1
 entropy = 3.0
 "#;
     let rules = RuleSet::from_toml_str(src).unwrap();
-    assert_eq!(
-        rules.scrub_text("key=aaaaaaaaaaaa").unwrap().report.total(),
-        0
-    );
-    assert_eq!(
-        rules.scrub_text("key=a8f3k2m9x7q1").unwrap().text,
-        "key=[REDACTED:gated]"
-    );
+    assert_eq!(rules.scrub_text("key=aaaaaaaaaaaa").unwrap().report.total(), 0);
+    assert_eq!(rules.scrub_text("key=a8f3k2m9x7q1").unwrap().text, "key=[REDACTED:gated]");
 }
 
 #[test]
 fn document_level_problems_are_errors() {
-    assert!(matches!(
-        RuleSet::from_toml_str("not = [toml"),
-        Err(LoadError::Toml(_))
-    ));
+    assert!(matches!(RuleSet::from_toml_str("not = [toml"), Err(LoadError::Toml(_))));
     assert!(matches!(
         RuleSet::from_toml_str("[extend]\nuseDefault = true\n"),
         Err(LoadError::Unsupported(_))
     ));
-    assert!(matches!(
-        RuleSet::from_toml_str("title = \"empty\"\n"),
-        Err(LoadError::NoRules)
-    ));
+    assert!(matches!(RuleSet::from_toml_str("title = \"empty\"\n"), Err(LoadError::NoRules)));
     assert!(matches!(
         RuleSet::from_toml_str("[[rule]]\nid = \"typo\"\nregex = 'x'\n"),
         Err(LoadError::Toml(_))
@@ -369,35 +336,24 @@ fn config_selects_builtin_file_or_both() {
     let path = file.0.clone();
     let builtin_count = builtin().rule_count();
 
-    let both = RuleSet::from_config(&ScrubConfig {
-        use_builtin: true,
-        rules_file: Some(path.clone()),
-    })
-    .unwrap();
+    let both =
+        RuleSet::from_config(&ScrubConfig { use_builtin: true, rules_file: Some(path.clone()) })
+            .unwrap();
     assert_eq!(both.rule_count(), builtin_count + 1);
     let token = common::secret("acme_{loan:24}", "acme");
     let text = format!("{token} {}", ghp("both"));
     let out = both.scrub_text(&text).unwrap();
-    assert_eq!(
-        out.text,
-        "[REDACTED:acme-internal-token] [REDACTED:github-pat]"
-    );
+    assert_eq!(out.text, "[REDACTED:acme-internal-token] [REDACTED:github-pat]");
 
-    let only_file = RuleSet::from_config(&ScrubConfig {
-        use_builtin: false,
-        rules_file: Some(path),
-    })
-    .unwrap();
+    let only_file =
+        RuleSet::from_config(&ScrubConfig { use_builtin: false, rules_file: Some(path) }).unwrap();
     assert_eq!(only_file.rule_count(), 1);
 
     let only_builtin = RuleSet::from_config(&ScrubConfig::default()).unwrap();
     assert_eq!(only_builtin.rule_count(), builtin_count);
 
     assert!(matches!(
-        RuleSet::from_config(&ScrubConfig {
-            use_builtin: false,
-            rules_file: None
-        }),
+        RuleSet::from_config(&ScrubConfig { use_builtin: false, rules_file: None }),
         Err(LoadError::NoRules)
     ));
     assert!(matches!(
@@ -412,14 +368,10 @@ fn config_selects_builtin_file_or_both() {
 #[test]
 fn config_file_reusing_a_builtin_id_is_refused() {
     let mut file = tempfile_in_target("dup-rules.toml");
-    file.1
-        .write_all(b"[[rules]]\nid = \"github-pat\"\nregex = 'ghp_x'\n")
-        .unwrap();
-    let err = RuleSet::from_config(&ScrubConfig {
-        use_builtin: true,
-        rules_file: Some(file.0.clone()),
-    })
-    .unwrap_err();
+    file.1.write_all(b"[[rules]]\nid = \"github-pat\"\nregex = 'ghp_x'\n").unwrap();
+    let err =
+        RuleSet::from_config(&ScrubConfig { use_builtin: true, rules_file: Some(file.0.clone()) })
+            .unwrap_err();
     assert!(matches!(err, LoadError::DuplicateRuleId(id) if id == "github-pat"));
 }
 
@@ -431,10 +383,7 @@ fn config_deserialises_with_defaults_and_refuses_typos() {
     let cfg: ScrubConfig =
         toml::from_str("use_builtin = false\nrules_file = \"/etc/x.toml\"").unwrap();
     assert!(!cfg.use_builtin);
-    assert_eq!(
-        cfg.rules_file.as_deref(),
-        Some(std::path::Path::new("/etc/x.toml"))
-    );
+    assert_eq!(cfg.rules_file.as_deref(), Some(std::path::Path::new("/etc/x.toml")));
     assert!(toml::from_str::<ScrubConfig>("use_builtins = false").is_err());
 }
 

@@ -30,11 +30,7 @@ fn samples() -> Vec<Sample> {
 #[test]
 fn builtin_set_loads_with_enough_rules() {
     let rules = RuleSet::builtin().unwrap();
-    assert!(
-        rules.rule_count() >= 60,
-        "only {} rules",
-        rules.rule_count()
-    );
+    assert!(rules.rule_count() >= 60, "only {} rules", rules.rule_count());
     assert!(rules.skipped().is_empty());
 }
 
@@ -65,30 +61,19 @@ fn positives_are_redacted_by_their_rule() {
             let out = rules.scrub_text(&text).unwrap();
             let marker = format!("[REDACTED:{}]", s.rule);
             if !out.text.contains(&marker) || out.report.count(&s.rule) == 0 {
-                failures.push(format!(
-                    "{}: not labelled in {:?} -> {:?}",
-                    s.rule, text, out.text
-                ));
+                failures.push(format!("{}: not labelled in {:?} -> {:?}", s.rule, text, out.text));
                 continue;
             }
             // Every generated piece at least 8 long is secret material; none
             // of it may be left visible.
             for g in generated.iter().filter(|g| g.len() >= 8) {
                 if out.text.contains(g.as_str()) {
-                    failures.push(format!(
-                        "{}: {:?} left visible in {:?}",
-                        s.rule, g, out.text
-                    ));
+                    failures.push(format!("{}: {:?} left visible in {:?}", s.rule, g, out.text));
                 }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -102,19 +87,11 @@ fn near_misses_are_left_alone() {
             let out = rules.scrub_text(&text).unwrap();
             if !out.report.is_clean() {
                 let fired: Vec<_> = out.report.by_rule().collect();
-                failures.push(format!(
-                    "{}: {:?} -> {:?} {:?}",
-                    s.rule, text, out.text, fired
-                ));
+                failures.push(format!("{}: {:?} -> {:?} {:?}", s.rule, text, out.text, fired));
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]

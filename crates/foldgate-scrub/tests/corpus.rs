@@ -19,26 +19,14 @@ struct Kind {
 }
 
 const KINDS: &[Kind] = &[
-    Kind {
-        name: "github classic",
-        template: "ghp_{an:36}",
-        vars: &["GITHUB_TOKEN", "GH_TOKEN"],
-    },
+    Kind { name: "github classic", template: "ghp_{an:36}", vars: &["GITHUB_TOKEN", "GH_TOKEN"] },
     Kind {
         name: "github fine-grained",
         template: "github_pat_11{UPAN:20}_{an:59}",
         vars: &["GITHUB_PAT"],
     },
-    Kind {
-        name: "github app",
-        template: "ghs_{an:36}",
-        vars: &["INSTALLATION_TOKEN"],
-    },
-    Kind {
-        name: "gitlab",
-        template: "glpat-{b64u:20}",
-        vars: &["GITLAB_TOKEN", "CI_PUSH_TOKEN"],
-    },
+    Kind { name: "github app", template: "ghs_{an:36}", vars: &["INSTALLATION_TOKEN"] },
+    Kind { name: "gitlab", template: "glpat-{b64u:20}", vars: &["GITLAB_TOKEN", "CI_PUSH_TOKEN"] },
     Kind {
         name: "aws key id",
         template: "AKIA{b32:16}",
@@ -74,141 +62,57 @@ const KINDS: &[Kind] = &[
         template: "https://discord.com/api/webhooks/{dig:19}/{b64u:68}",
         vars: &["DISCORD_WEBHOOK"],
     },
-    Kind {
-        name: "telegram",
-        template: "{dig:10}:AA{b64u:33}",
-        vars: &["TELEGRAM_BOT_TOKEN"],
-    },
+    Kind { name: "telegram", template: "{dig:10}:AA{b64u:33}", vars: &["TELEGRAM_BOT_TOKEN"] },
     Kind {
         name: "stripe",
         template: "sk_live_{an:99}",
         vars: &["STRIPE_SECRET_KEY", "stripe_api_key"],
     },
-    Kind {
-        name: "stripe webhook",
-        template: "whsec_{an:32}",
-        vars: &["STRIPE_WEBHOOK_SECRET"],
-    },
-    Kind {
-        name: "sendgrid",
-        template: "SG.{b64u:22}.{b64u:43}",
-        vars: &["SENDGRID_API_KEY"],
-    },
-    Kind {
-        name: "twilio key",
-        template: "SK{hex:32}",
-        vars: &["TWILIO_API_KEY"],
-    },
-    Kind {
-        name: "twilio auth",
-        template: "{hex:32}",
-        vars: &["TWILIO_AUTH_TOKEN"],
-    },
-    Kind {
-        name: "mailgun",
-        template: "key-{hex:32}",
-        vars: &["MAILGUN_API_KEY"],
-    },
+    Kind { name: "stripe webhook", template: "whsec_{an:32}", vars: &["STRIPE_WEBHOOK_SECRET"] },
+    Kind { name: "sendgrid", template: "SG.{b64u:22}.{b64u:43}", vars: &["SENDGRID_API_KEY"] },
+    Kind { name: "twilio key", template: "SK{hex:32}", vars: &["TWILIO_API_KEY"] },
+    Kind { name: "twilio auth", template: "{hex:32}", vars: &["TWILIO_AUTH_TOKEN"] },
+    Kind { name: "mailgun", template: "key-{hex:32}", vars: &["MAILGUN_API_KEY"] },
     Kind {
         name: "openai project",
         template: "sk-proj-{b64u:74}T3BlbkFJ{b64u:74}",
         vars: &["OPENAI_API_KEY"],
     },
-    Kind {
-        name: "anthropic",
-        template: "sk-ant-api03-{b64u:93}AA",
-        vars: &["ANTHROPIC_API_KEY"],
-    },
+    Kind { name: "anthropic", template: "sk-ant-api03-{b64u:93}AA", vars: &["ANTHROPIC_API_KEY"] },
     Kind {
         name: "hugging face",
         template: "hf_{alpha:34}",
         vars: &["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"],
     },
-    Kind {
-        name: "groq",
-        template: "gsk_{an:52}",
-        vars: &["GROQ_API_KEY"],
-    },
-    Kind {
-        name: "cohere",
-        template: "{an:40}",
-        vars: &["COHERE_API_KEY"],
-    },
-    Kind {
-        name: "replicate",
-        template: "r8_{an:37}",
-        vars: &["REPLICATE_API_TOKEN"],
-    },
-    Kind {
-        name: "npm",
-        template: "npm_{an:36}",
-        vars: &["NPM_TOKEN"],
-    },
+    Kind { name: "groq", template: "gsk_{an:52}", vars: &["GROQ_API_KEY"] },
+    Kind { name: "cohere", template: "{an:40}", vars: &["COHERE_API_KEY"] },
+    Kind { name: "replicate", template: "r8_{an:37}", vars: &["REPLICATE_API_TOKEN"] },
+    Kind { name: "npm", template: "npm_{an:36}", vars: &["NPM_TOKEN"] },
     Kind {
         name: "pypi",
         template: "pypi-AgEIcHlwaS5vcmc{b64u:150}",
         vars: &["TWINE_PASSWORD", "PYPI_TOKEN"],
     },
-    Kind {
-        name: "docker hub",
-        template: "dckr_pat_{b64u:27}",
-        vars: &["DOCKERHUB_TOKEN"],
-    },
-    Kind {
-        name: "crates.io",
-        template: "cio{an:32}",
-        vars: &["CARGO_REGISTRY_TOKEN"],
-    },
+    Kind { name: "docker hub", template: "dckr_pat_{b64u:27}", vars: &["DOCKERHUB_TOKEN"] },
+    Kind { name: "crates.io", template: "cio{an:32}", vars: &["CARGO_REGISTRY_TOKEN"] },
     Kind {
         name: "digitalocean",
         template: "dop_v1_{hex:64}",
         vars: &["DIGITALOCEAN_ACCESS_TOKEN"],
     },
-    Kind {
-        name: "vault",
-        template: "hvs.{b64u:90}",
-        vars: &["VAULT_TOKEN"],
-    },
-    Kind {
-        name: "shopify",
-        template: "shpat_{hex:32}",
-        vars: &["SHOPIFY_ACCESS_TOKEN"],
-    },
-    Kind {
-        name: "datadog",
-        template: "{hex:32}",
-        vars: &["DD_API_KEY", "DATADOG_API_KEY"],
-    },
-    Kind {
-        name: "new relic",
-        template: "NRAK-{UPAN:27}",
-        vars: &["NEW_RELIC_API_KEY"],
-    },
+    Kind { name: "vault", template: "hvs.{b64u:90}", vars: &["VAULT_TOKEN"] },
+    Kind { name: "shopify", template: "shpat_{hex:32}", vars: &["SHOPIFY_ACCESS_TOKEN"] },
+    Kind { name: "datadog", template: "{hex:32}", vars: &["DD_API_KEY", "DATADOG_API_KEY"] },
+    Kind { name: "new relic", template: "NRAK-{UPAN:27}", vars: &["NEW_RELIC_API_KEY"] },
     Kind {
         name: "sentry dsn",
         template: "https://{hex:32}@o{dig:6}.ingest.sentry.io/{dig:7}",
         vars: &["SENTRY_DSN"],
     },
-    Kind {
-        name: "linear",
-        template: "lin_api_{an:40}",
-        vars: &["LINEAR_API_KEY"],
-    },
-    Kind {
-        name: "notion",
-        template: "ntn_{dig:11}{an:35}",
-        vars: &["NOTION_TOKEN"],
-    },
-    Kind {
-        name: "atlassian",
-        template: "ATATT3{b64u:186}",
-        vars: &["JIRA_API_TOKEN"],
-    },
-    Kind {
-        name: "databricks",
-        template: "dapi{hex:32}",
-        vars: &["DATABRICKS_TOKEN"],
-    },
+    Kind { name: "linear", template: "lin_api_{an:40}", vars: &["LINEAR_API_KEY"] },
+    Kind { name: "notion", template: "ntn_{dig:11}{an:35}", vars: &["NOTION_TOKEN"] },
+    Kind { name: "atlassian", template: "ATATT3{b64u:186}", vars: &["JIRA_API_TOKEN"] },
+    Kind { name: "databricks", template: "dapi{hex:32}", vars: &["DATABRICKS_TOKEN"] },
     Kind {
         name: "jwt",
         template: "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJ{b64u:80}.{b64u:86}",
@@ -229,32 +133,19 @@ const KINDS: &[Kind] = &[
         template: "{an:32}",
         vars: &["API_KEY", "client_secret", "apiKey"],
     },
-    Kind {
-        name: "age",
-        template: "AGE-SECRET-KEY-1{bech:58}",
-        vars: &["SOPS_AGE_KEY"],
-    },
+    Kind { name: "age", template: "AGE-SECRET-KEY-1{bech:58}", vars: &["SOPS_AGE_KEY"] },
 ];
 
 /// Surroundings a secret shows up in. `{VAR}` is the variable name, `{S}`
 /// the secret.
 const CONTEXTS: &[(&str, &str)] = &[
-    (
-        ".env",
-        "# production settings\nNODE_ENV=production\n{VAR}={S}\nLOG_LEVEL=info\n",
-    ),
-    (
-        "shell",
-        "$ export {VAR}=\"{S}\"\n$ ./deploy.sh --region eu-west-1\n",
-    ),
+    (".env", "# production settings\nNODE_ENV=production\n{VAR}={S}\nLOG_LEVEL=info\n"),
+    ("shell", "$ export {VAR}=\"{S}\"\n$ ./deploy.sh --region eu-west-1\n"),
     (
         "yaml",
         "services:\n  api:\n    image: registry.internal/api:1.4.2\n    environment:\n      {VAR}: \"{S}\"\n      PORT: \"8080\"\n",
     ),
-    (
-        "json",
-        "{\"name\": \"worker\", \"env\": {\"{VAR}\": \"{S}\", \"REPLICAS\": \"3\"}}",
-    ),
+    ("json", "{\"name\": \"worker\", \"env\": {\"{VAR}\": \"{S}\", \"REPLICAS\": \"3\"}}"),
     (
         "log",
         "2024-05-01T12:00:01.123Z DEBUG config loaded: {VAR}={S} region=eu-west-1\n2024-05-01T12:00:01.456Z INFO  listening on :8080\n",
@@ -267,10 +158,7 @@ const CONTEXTS: &[(&str, &str)] = &[
         "javascript",
         "const config = {\n  region: 'eu-west-1',\n  {VAR}: '{S}',\n};\nmodule.exports = config;\n",
     ),
-    (
-        "toml",
-        "[deploy]\nregion = \"eu-west-1\"\n{VAR} = \"{S}\"\n",
-    ),
+    ("toml", "[deploy]\nregion = \"eu-west-1\"\n{VAR} = \"{S}\"\n"),
     (
         "go",
         "func newClient() *Client {\n\treturn &Client{Region: \"eu-west-1\", {VAR}: \"{S}\"}\n}\n",
@@ -295,10 +183,7 @@ fn fully_hidden(output: &str, secret: &str) -> bool {
     if chars.len() < 10 {
         return !output.contains(secret);
     }
-    chars
-        .windows(10)
-        .map(|w| w.iter().collect::<String>())
-        .all(|w| !output.contains(&w))
+    chars.windows(10).map(|w| w.iter().collect::<String>()).all(|w| !output.contains(&w))
 }
 
 #[test]

@@ -42,11 +42,7 @@ fn lenient_load_compiles_nearly_all_rules() {
     for r in &loaded.rejected {
         println!("  rejected {}: {}", r.rule_id, r.reason);
     }
-    assert!(
-        share >= MIN_COMPILED_SHARE,
-        "only {:.1}% compiled",
-        share * 100.0
-    );
+    assert!(share >= MIN_COMPILED_SHARE, "only {:.1}% compiled", share * 100.0);
 }
 
 #[test]
@@ -73,10 +69,7 @@ fn gitleaks_rules_detect_known_formats() {
         ("aws-access-token", "aws_access_key_id = AKIA{b32:16}"),
         ("slack-bot-token", "SLACK=xoxb-{dig:12}-{dig:13}-{an:24}"),
         ("stripe-access-token", "key = sk_live_{an:32}"),
-        (
-            "npm-access-token",
-            "//registry.npmjs.org/:_authToken=npm_{an:36}",
-        ),
+        ("npm-access-token", "//registry.npmjs.org/:_authToken=npm_{an:36}"),
         (
             "private-key",
             "-----BEGIN RSA PRIVATE KEY-----\n{b64:64}\n{b64:64}\n-----END RSA PRIVATE KEY-----",
@@ -85,16 +78,8 @@ fn gitleaks_rules_detect_known_formats() {
     for (rule, template) in cases {
         let text = common::secret(template, rule);
         let out = rules.scrub_text(&text).unwrap();
-        assert!(
-            out.report.count(rule) >= 1,
-            "{rule} did not fire on {text:?}: {:?}",
-            out.report
-        );
-        assert!(
-            out.text.contains(&format!("[REDACTED:{rule}]")),
-            "{}",
-            out.text
-        );
+        assert!(out.report.count(rule) >= 1, "{rule} did not fire on {text:?}: {:?}", out.report);
+        assert!(out.text.contains(&format!("[REDACTED:{rule}]")), "{}", out.text);
     }
 }
 
@@ -103,8 +88,6 @@ fn gitleaks_global_allowlist_applies() {
     // The gitleaks configuration allowlists AWS's documented example key
     // by regex; that allowlist must be honoured.
     let rules = RuleSet::from_toml_str_lenient(GITLEAKS).unwrap().rules;
-    let out = rules
-        .scrub_text("aws_access_key_id = AKIAIOSFODNN7EXAMPLE")
-        .unwrap();
+    let out = rules.scrub_text("aws_access_key_id = AKIAIOSFODNN7EXAMPLE").unwrap();
     assert!(out.report.is_clean(), "{:?}", out.report);
 }

@@ -46,10 +46,11 @@ pub enum StoreError {
     #[error(
         "the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`"
     )]
-    NotMigrated {
-        applied: Option<i64>,
-        latest: Option<i64>,
-    },
+    NotMigrated { applied: Option<i64>, latest: Option<i64> },
+    /// The operation kept losing races with concurrent changes to the same
+    /// session; retrying it shortly will succeed.
+    #[error("too many concurrent changes to one session")]
+    Contended,
     #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite:")]
     UnsupportedUrl(String),
 }
@@ -223,13 +224,16 @@ pub trait Store: Send + Sync + Debug {
         finish: Finish,
     ) -> Result<Finished, StoreError>;
 
-    /// Marks an open session ended, if none of its branches is active.
+    /// Marks an open session ended, if none of its branches is active and,
+    /// with `idle_since`, if it has had no activity since then (so that a
+    /// session used again after the supervisor found it idle stays open).
     /// Returns whether it did.
     async fn end_session(
         &self,
         tenant: &TenantId,
         id: &SessionId,
         at: DateTime<Utc>,
+        idle_since: Option<DateTime<Utc>>,
     ) -> Result<bool, StoreError>;
 
     /// Fails every active branch of a session at once (`session_ended`), with
@@ -260,8 +264,8 @@ pub trait Store: Send + Sync + Debug {
         limit: u32,
     ) -> Result<Vec<DueBranch>, StoreError>;
 
-    /// Claims up to `limit` open sessions with no activity since
-    /// `idle_since`, for `lease`.
+    /// Claims up to `limit` open sessions with no active branch and no
+    /// activity since `idle_since`, for `lease`.
     async fn claim_idle_sessions(
         &self,
         idle_since: DateTime<Utc>,
@@ -270,8 +274,9 @@ pub trait Store: Send + Sync + Debug {
         limit: u32,
     ) -> Result<Vec<IdleSession>, StoreError>;
 
-    /// The earliest deadline of any active branch, to know when to wake up.
-    async fn next_deadline(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
+    /// The earliest deadline of any active branch not claimed by a replica,
+    /// to know when to wake up.
+    async fn next_deadline(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, StoreError>;
 
     /// Whether the database answers and the schema is migrated.
     async fn ready(&self) -> Result<(), StoreError>;
@@ -292,11 +297,7 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            max_connections: 10,
-            acquire_timeout: Duration::from_secs(5),
-        }
+        Self { url: url.into(), max_connections: 10, acquire_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -387,11 +388,7 @@ pub(crate) fn due_branch(
         tenant: TenantId::parse(&tenant).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         id: BranchId::from_uuid(id),
         depth: u32::try_from(depth).map_err(|_| StoreError::Corrupt(format!("depth {depth}")))?,
-        reason: if exhausted {
-            EndReason::BudgetExhausted
-        } else {
-            EndReason::DeadlineExceeded
-        },
+        reason: if exhausted { EndReason::BudgetExhausted } else { EndReason::DeadlineExceeded },
     })
 }
 
@@ -416,31 +413,17 @@ mod tests {
 
     #[test]
     fn backends_by_url() {
-        assert_eq!(
-            Backend::of_url("postgres://h/db").unwrap(),
-            Backend::Postgres
-        );
-        assert_eq!(
-            Backend::of_url("postgresql://h/db").unwrap(),
-            Backend::Postgres
-        );
-        assert_eq!(
-            Backend::of_url("sqlite://foldgate.db").unwrap(),
-            Backend::Sqlite
-        );
+        assert_eq!(Backend::of_url("postgres://h/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::of_url("postgresql://h/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::of_url("sqlite://foldgate.db").unwrap(), Backend::Sqlite);
         assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
-        let err = Backend::of_url("mysql://u:pw@h/db")
-            .unwrap_err()
-            .to_string();
+        let err = Backend::of_url("mysql://u:pw@h/db").unwrap_err().to_string();
         assert!(!err.contains("pw"), "{err}");
     }
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
@@ -449,17 +432,11 @@ mod tests {
     #[test]
     fn retry_after_rounds_up() {
         let t = DateTime::<Utc>::UNIX_EPOCH;
-        assert_eq!(
-            retry_after(t, t + chrono::Duration::milliseconds(1)),
-            Duration::from_secs(1)
-        );
+        assert_eq!(retry_after(t, t + chrono::Duration::milliseconds(1)), Duration::from_secs(1));
         assert_eq!(
             retry_after(t, t + chrono::Duration::milliseconds(1001)),
             Duration::from_secs(2)
         );
-        assert_eq!(
-            retry_after(t, t - chrono::Duration::seconds(3)),
-            Duration::from_secs(1)
-        );
+        assert_eq!(retry_after(t, t - chrono::Duration::seconds(3)), Duration::from_secs(1));
     }
 }

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
     Branch, BranchId, BranchStatus, Consumption, EndReason, Ledger, LimitKind, Limits, SessionId,
-    Subject, TenantId, Tokens,
+    SessionStatus, Subject, TenantId, Tokens,
 };
 use uuid::Uuid;
 
@@ -99,7 +99,9 @@ pub(crate) trait Tx: Send {
         amount: i64,
     ) -> Result<(), StoreError>;
 
-    /// Gives a parent back a child's loan, keeping what the child spent.
+    /// Gives a parent back a child's loan, keeping what the child spent, and
+    /// records the parent's 80% warning or exhaustion if that spending
+    /// crossed them.
     async fn settle(
         &mut self,
         tenant: &TenantId,
@@ -107,6 +109,7 @@ pub(crate) trait Tx: Send {
         parent: Option<Uuid>,
         child_budget: i64,
         child_used: i64,
+        at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
     async fn insert_branch(&mut self, row: &BranchRow) -> Result<(), StoreError>;
@@ -136,12 +139,18 @@ pub(crate) trait Tx: Send {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
-    /// Active branches of a session, deepest first.
-    async fn active_in_session(
+    /// Locks the active branches of a session, deepest first.
+    async fn lock_active_in_session(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
     ) -> Result<Vec<Uuid>, StoreError>;
+
+    async fn session_exists(
+        &mut self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<bool, StoreError>;
 }
 
 /// How often an implicit parent may end under us before we give up.
@@ -159,14 +168,12 @@ pub(crate) async fn create<T: Tx>(
 ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
     let rules = &new.rules;
     let at = new.created_at;
-    tx.insert_session_if_absent(
-        tenant,
-        &new.session_id,
-        &new.owner,
-        rules.budget.session_budget,
-        at,
-    )
-    .await?;
+    // Checked without a lock first: inserting into an existing, busy session
+    // would wait on its row before the parent is locked.
+    if !tx.session_exists(tenant, &new.session_id).await? {
+        let budget = rules.budget.session_budget;
+        tx.insert_session_if_absent(tenant, &new.session_id, &new.owner, budget, at).await?;
+    }
 
     // The parent branch is locked before the session (see the module docs).
     let parent = match new.parent {
@@ -177,14 +184,21 @@ pub(crate) async fn create<T: Tx>(
             if row.session_id != new.session_id.as_str() || row.owner_sub != new.owner.as_str() {
                 return Ok(Err(CreateRefusal::ParentNotFound));
             }
-            if row.status != BranchStatus::Active.as_str() {
-                let status = row.status.parse().map_err(StoreError::Corrupt)?;
-                return Ok(Err(CreateRefusal::ParentNotActive { status }));
-            }
             Some(row)
         }
         ParentChoice::Active => lock_active_branch(tx, tenant, &new.session_id).await?,
     };
+    if let Some(row) = &parent {
+        if row.status != BranchStatus::Active.as_str() {
+            let status = row.status.parse().map_err(StoreError::Corrupt)?;
+            return Ok(Err(CreateRefusal::ParentNotActive { status }));
+        }
+        // A parent past its deadline or out of budget is about to be
+        // force-returned; a child would die with it.
+        if row.deadline_at <= at || row.exhausted_at.is_some() {
+            return Ok(Err(CreateRefusal::ParentNotActive { status: BranchStatus::Timeout }));
+        }
+    }
 
     let session = tx
         .lock_session(tenant, &new.session_id)
@@ -194,25 +208,19 @@ pub(crate) async fn create<T: Tx>(
         return Ok(Err(CreateRefusal::SessionNotFound));
     }
     let mut root = ledger(session.budget, session.used, session.reserved)?;
-    if session.status == "ended" {
-        tx.open_session(tenant, &new.session_id, rules.budget.session_budget, at)
-            .await?;
+    if session.status == SessionStatus::Ended.as_str() {
+        tx.open_session(tenant, &new.session_id, rules.budget.session_budget, at).await?;
         root = Ledger::new(rules.budget.session_budget);
     } else {
-        tx.touch_session(tenant, new.session_id.as_str(), at)
-            .await?;
+        tx.touch_session(tenant, new.session_id.as_str(), at).await?;
     }
 
     let depth = parent.as_ref().map_or(1, |p| p.depth.saturating_add(1));
     if u32::try_from(depth).unwrap_or(u32::MAX) > rules.max_depth {
-        return Ok(Err(CreateRefusal::MaxDepthExceeded {
-            max_depth: rules.max_depth,
-        }));
+        return Ok(Err(CreateRefusal::MaxDepthExceeded { max_depth: rules.max_depth }));
     }
 
-    let load = tx
-        .session_load(tenant, &new.session_id, at - RATE_WINDOW)
-        .await?;
+    let load = tx.session_load(tenant, &new.session_id, at - RATE_WINDOW).await?;
     if load.active >= i64::from(rules.limits.max_active_per_session) {
         let until = load.earliest_deadline.unwrap_or(at);
         return Ok(Err(CreateRefusal::Limited {
@@ -243,21 +251,8 @@ pub(crate) async fn create<T: Tx>(
         }));
     }
 
-    if let Some(limit) = tx.take_slot(tenant, &rules.limits).await? {
-        return Ok(Err(CreateRefusal::Limited {
-            limit,
-            retry_after: SLOT_RETRY_AFTER,
-        }));
-    }
     let parent_id = parent.as_ref().map(|p| p.id);
-    tx.lend(
-        tenant,
-        new.session_id.as_str(),
-        parent_id,
-        db_tokens(granted),
-    )
-    .await?;
-
+    tx.lend(tenant, new.session_id.as_str(), parent_id, db_tokens(granted)).await?;
     let charge = Ledger::new(granted).consume(new.prompt_tokens, false);
     let row = BranchRow {
         id: new.id.as_uuid(),
@@ -274,17 +269,28 @@ pub(crate) async fn create<T: Tx>(
         status: BranchStatus::Active.as_str().to_owned(),
         reason: None,
         created_at: at,
-        deadline_at: new.deadline_at,
+        // A child never outlives its parent.
+        deadline_at: parent
+            .as_ref()
+            .map_or(new.deadline_at, |p| new.deadline_at.min(p.deadline_at)),
         completed_at: None,
         warned_at: charge.warning.then_some(at),
+        exhausted_at: None,
         result: None,
     };
     tx.insert_branch(&row).await?;
+
+    // The counters are hot rows shared by a tenant and by the whole
+    // deployment: they are locked last, for the shortest time.
+    if let Some(limit) = tx.take_slot(tenant, &rules.limits).await? {
+        return Ok(Err(CreateRefusal::Limited { limit, retry_after: SLOT_RETRY_AFTER }));
+    }
     Ok(Ok(row.try_into()?))
 }
 
 /// Finds and locks the session's active branch. Between finding it and
-/// locking it, it may end or gain a child; then look again.
+/// locking it, it may end or gain a child (another create got there first);
+/// then look again.
 async fn lock_active_branch<T: Tx>(
     tx: &mut T,
     tenant: &TenantId,
@@ -296,13 +302,12 @@ async fn lock_active_branch<T: Tx>(
         };
         if let Some(row) = tx.lock_branch(tenant, id).await?
             && row.status == BranchStatus::Active.as_str()
+            && row.reserved == 0
         {
             return Ok(Some(row));
         }
     }
-    Err(StoreError::Corrupt(
-        "the session's active branch kept changing".into(),
-    ))
+    Err(StoreError::Contended)
 }
 
 pub(crate) async fn finish<T: Tx>(
@@ -318,8 +323,7 @@ pub(crate) async fn finish<T: Tx>(
             Some(row) => Finished::NotActive(row.status.parse().map_err(StoreError::Corrupt)?),
         });
     };
-    tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used)
-        .await?;
+    tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used, finish.at).await?;
     tx.touch_session(tenant, &row.session_id, finish.at).await?;
     tx.release_slot(tenant).await?;
     Ok(Finished::Done(Box::new(row.try_into()?)))
@@ -350,6 +354,9 @@ pub(crate) async fn consume<T: Tx>(
         )
         .await?;
     }
+    // Tool traffic in a branch is activity in its session (branch rows are
+    // locked before the session's, so this keeps the lock order).
+    tx.touch_session(tenant, &row.session_id, at).await?;
     Ok(Some(charge))
 }
 
@@ -369,7 +376,9 @@ pub(crate) async fn fail_session_branches<T: Tx>(
         at,
     };
     let mut ended = 0;
-    for id in tx.active_in_session(tenant, session).await? {
+    // Lock every branch first: ending them takes the session and counter
+    // rows, which must come after all branch rows (see the module docs).
+    for id in tx.lock_active_in_session(tenant, session).await? {
         if let Finished::Done(_) =
             self::finish(tx, tenant, BranchId::from_uuid(id), &finish).await?
         {

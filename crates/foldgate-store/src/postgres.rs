@@ -80,17 +80,9 @@ impl PgStore {
             let (tx, result) = op(PgTx(self.pool.begin().await?)).await;
             let result = match result {
                 Ok(value) if keep(&value) => {
-                    tx.0.commit()
-                        .await
-                        .map(|()| value)
-                        .map_err(StoreError::from)
+                    tx.0.commit().await.map(|()| value).map_err(StoreError::from)
                 }
-                Ok(value) => {
-                    tx.0.rollback()
-                        .await
-                        .map(|()| value)
-                        .map_err(StoreError::from)
-                }
+                Ok(value) => tx.0.rollback().await.map(|()| value).map_err(StoreError::from),
                 // Dropping the transaction rolls it back.
                 Err(e) => Err(e),
             };

@@ -30,6 +30,9 @@ pub(crate) struct BranchRow {
     pub deadline_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub warned_at: Option<DateTime<Utc>>,
+    /// When spending reached the budget; the branch is due for a forced
+    /// return.
+    pub exhausted_at: Option<DateTime<Utc>>,
     pub result: Option<String>,
 }
 
@@ -37,7 +40,8 @@ pub(crate) struct BranchRow {
 macro_rules! branch_columns {
     () => {
         "id, tenant_id, session_id, owner_sub, parent_id, depth, description, prompt, budget, \
-         used, reserved, status, reason, created_at, deadline_at, completed_at, warned_at, result"
+         used, reserved, status, reason, created_at, deadline_at, completed_at, warned_at, \
+         exhausted_at, result"
     };
 }
 pub(crate) use branch_columns;
@@ -81,11 +85,7 @@ pub(crate) fn db_tokens(v: Tokens) -> i64 {
 }
 
 pub(crate) fn ledger(budget: i64, used: i64, reserved: i64) -> Result<Ledger, StoreError> {
-    Ok(Ledger {
-        budget: tokens(budget)?,
-        used: tokens(used)?,
-        reserved: tokens(reserved)?,
-    })
+    Ok(Ledger { budget: tokens(budget)?, used: tokens(used)?, reserved: tokens(reserved)? })
 }
 
 impl TryFrom<BranchRow> for Branch {

@@ -225,16 +225,24 @@ macro_rules! sql_backend {
                 parent: Option<Uuid>,
                 child_budget: i64,
                 child_used: i64,
+                at: DateTime<Utc>,
             ) -> Result<(), StoreError> {
+                // What the child spent may carry the parent past 80% or to
+                // its whole budget: record it as a charge would.
                 let query = match parent {
                     Some(id) => sqlx::query(
-                        "UPDATE branches SET reserved = reserved - $2, used = used + $3 \
+                        "UPDATE branches SET reserved = reserved - $2, used = used + $3, \
+                         warned_at = CASE WHEN warned_at IS NULL AND (used + $3) * 5 >= budget * 4 \
+                             THEN $5 ELSE warned_at END, \
+                         exhausted_at = CASE WHEN exhausted_at IS NULL AND used + $3 >= budget \
+                             THEN $5 ELSE exhausted_at END \
                          WHERE tenant_id = $1 AND id = $4",
                     )
                     .bind(tenant.as_str())
                     .bind(child_budget)
                     .bind(child_used)
-                    .bind(id),
+                    .bind(id)
+                    .bind(Ts(at)),
                     None => sqlx::query(
                         "UPDATE sessions SET reserved = reserved - $2, used = used + $3 \
                          WHERE tenant_id = $1 AND session_id = $4",
@@ -253,7 +261,7 @@ macro_rules! sql_backend {
                     "INSERT INTO branches (",
                     branch_columns!(),
                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-                     $17, $18)"
+                     $17, $18, $19)"
                 ))
                 .bind(r.id)
                 .bind(&r.tenant_id)
@@ -272,6 +280,7 @@ macro_rules! sql_backend {
                 .bind(Ts(r.deadline_at))
                 .bind(Ts::opt(r.completed_at))
                 .bind(Ts::opt(r.warned_at))
+                .bind(Ts::opt(r.exhausted_at))
                 .bind(&r.result)
                 .execute(&mut *self.0)
                 .await?;
@@ -332,12 +341,35 @@ macro_rules! sql_backend {
                 touch_session(&mut *self.0, tenant, session, at).await
             }
 
-            async fn active_in_session(
+            async fn lock_active_in_session(
                 &mut self,
                 tenant: &TenantId,
                 session: &SessionId,
             ) -> Result<Vec<Uuid>, StoreError> {
-                active_in_session(&mut *self.0, tenant, session).await
+                Ok(sqlx::query_scalar(concat!(
+                    "SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
+                     AND status = 'active' ORDER BY depth DESC, id DESC",
+                    $lock
+                ))
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_all(&mut *self.0)
+                .await?)
+            }
+
+            async fn session_exists(
+                &mut self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<bool, StoreError> {
+                let found: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_optional(&mut *self.0)
+                .await?;
+                Ok(found.is_some())
             }
         }
 
@@ -375,7 +407,10 @@ macro_rules! sql_backend {
         }
 
         fn lease_end(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
-            now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX)
+            chrono::Duration::from_std(lease)
+                .ok()
+                .and_then(|lease| now.checked_add_signed(lease))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC)
         }
 
         #[async_trait]
@@ -509,14 +544,17 @@ macro_rules! sql_backend {
                 tenant: &TenantId,
                 id: &SessionId,
                 at: DateTime<Utc>,
+                idle_since: Option<DateTime<Utc>>,
             ) -> Result<bool, StoreError> {
                 let done = sqlx::query(
                     "UPDATE sessions SET status = 'ended', ended_at = $3, claimed_until = NULL \
-                     WHERE tenant_id = $1 AND session_id = $2 AND status = 'open' AND reserved = 0",
+                     WHERE tenant_id = $1 AND session_id = $2 AND status = 'open' AND reserved = 0 \
+                     AND ($4 IS NULL OR last_activity_at <= $4)",
                 )
                 .bind(tenant.as_str())
                 .bind(id.as_str())
                 .bind(Ts(at))
+                .bind(Ts::opt(idle_since))
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
@@ -578,7 +616,7 @@ macro_rules! sql_backend {
                 let rows: Vec<(String, String)> = sqlx::query_as(concat!(
                     "UPDATE sessions SET claimed_until = $3 WHERE (tenant_id, session_id) IN ( \
                         SELECT tenant_id, session_id FROM sessions WHERE status = 'open' \
-                        AND last_activity_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $2) \
+                        AND reserved = 0 AND last_activity_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $2) \
                         ORDER BY last_activity_at LIMIT $4",
                     $skip_locked,
                     ") RETURNING tenant_id, session_id"
@@ -592,10 +630,19 @@ macro_rules! sql_backend {
                 rows.into_iter().map(|(t, id)| idle_session(&t, &id)).collect()
             }
 
-            async fn next_deadline(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-                Ok(sqlx::query_scalar("SELECT min(deadline_at) FROM branches WHERE status = 'active'")
-                    .fetch_one(&self.pool)
-                    .await?)
+            async fn next_deadline(
+                &self,
+                now: DateTime<Utc>,
+            ) -> Result<Option<DateTime<Utc>>, StoreError> {
+                // Branches claimed by a replica are its business until the
+                // lease runs out.
+                Ok(sqlx::query_scalar(
+                    "SELECT min(deadline_at) FROM branches WHERE status = 'active' \
+                     AND (claimed_until IS NULL OR claimed_until <= $1)",
+                )
+                .bind(Ts(now))
+                .fetch_one(&self.pool)
+                .await?)
             }
 
             async fn ready(&self) -> Result<(), StoreError> {

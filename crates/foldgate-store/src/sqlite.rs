@@ -48,11 +48,7 @@ impl SqliteStore {
             .busy_timeout(options.acquire_timeout);
         let pool = SqlitePoolOptions::new()
             // Each connection to an in-memory database is its own database.
-            .max_connections(if in_memory {
-                1
-            } else {
-                options.max_connections
-            })
+            .max_connections(if in_memory { 1 } else { options.max_connections })
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
@@ -86,16 +82,10 @@ impl SqliteStore {
                     let (tx, result) = op(SqliteTx(tx)).await;
                     match result {
                         Ok(value) if keep(&value) => {
-                            tx.0.commit()
-                                .await
-                                .map(|()| value)
-                                .map_err(StoreError::from)
+                            tx.0.commit().await.map(|()| value).map_err(StoreError::from)
                         }
                         Ok(value) => {
-                            tx.0.rollback()
-                                .await
-                                .map(|()| value)
-                                .map_err(StoreError::from)
+                            tx.0.rollback().await.map(|()| value).map_err(StoreError::from)
                         }
                         Err(e) => Err(e),
                     }

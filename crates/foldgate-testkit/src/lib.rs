@@ -4,12 +4,7 @@
 //! Postgres tests need a server; the URL comes from
 //! `FOLDGATE_TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
 //! A test that cannot reach it fails: it never skips.
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    clippy::panic,
-    reason = "test support"
-)]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
 
 use std::{
     sync::{Arc, OnceLock},
@@ -54,10 +49,7 @@ pub struct TestDb {
 const STALE_SCHEMA_SECS: u64 = 3600;
 
 fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl TestDb {
@@ -71,12 +63,7 @@ impl TestDb {
     pub async fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let url = format!("sqlite://{}", dir.path().join("foldgate.db").display());
-        let db = Self {
-            backend: Backend::Sqlite,
-            url,
-            schema: None,
-            _dir: Some(dir),
-        };
+        let db = Self { backend: Backend::Sqlite, url, schema: None, _dir: Some(dir) };
         db.connect().await.close().await;
         db
     }
@@ -90,11 +77,7 @@ impl TestDb {
             )
         });
         drop_stale_schemas(&mut admin).await;
-        let schema = format!(
-            "foldgate_test_{}_{}",
-            unix_secs(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let schema = format!("foldgate_test_{}_{}", unix_secs(), uuid::Uuid::new_v4().simple());
         admin
             .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
             .await
@@ -102,12 +85,7 @@ impl TestDb {
         admin.close().await.ok();
         let sep = if url.contains('?') { '&' } else { '?' };
         let url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-        let db = Self {
-            backend: Backend::Postgres,
-            url,
-            schema: Some(schema),
-            _dir: None,
-        };
+        let db = Self { backend: Backend::Postgres, url, schema: Some(schema), _dir: None };
         db.connect().await.close().await;
         db
     }
@@ -123,9 +101,7 @@ impl TestDb {
             }
             Backend::Postgres => {
                 let connect: PgConnectOptions = self.url.parse().expect("Postgres URL");
-                let store = PgStore::connect_with(connect, &options)
-                    .await
-                    .expect("connect");
+                let store = PgStore::connect_with(connect, &options).await.expect("connect");
                 store.migrate().await.expect("migrate Postgres");
                 Arc::new(store)
             }
@@ -137,9 +113,8 @@ impl TestDb {
         if let Some(schema) = &self.schema
             && let Ok(mut admin) = sqlx::PgConnection::connect(&postgres_url()).await
         {
-            let _ = admin
-                .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-                .await;
+            let _ =
+                admin.execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).await;
         }
     }
 }
@@ -156,9 +131,7 @@ async fn drop_stale_schemas(admin: &mut sqlx::PgConnection) {
         let created = schema.split('_').nth(2).and_then(|s| s.parse::<u64>().ok());
         if created.is_some_and(|t| t < cutoff) {
             let _ = admin
-                .execute(sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA IF EXISTS {schema} CASCADE"
-                )))
+                .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
                 .await;
         }
     }
@@ -174,10 +147,7 @@ pub fn token_counter() -> TokenCounter {
 
 /// A principal from plain strings.
 pub fn principal(tenant: &str, sub: &str) -> Principal {
-    Principal::new(
-        TenantId::parse(tenant).unwrap(),
-        Subject::parse(sub).unwrap(),
-    )
+    Principal::new(TenantId::parse(tenant).unwrap(), Subject::parse(sub).unwrap())
 }
 
 /// A scrubber that always fails, to prove the return path fails closed.
@@ -245,23 +215,13 @@ pub async fn active_counters(db: &TestDb, tenant: &str) -> (i64, i64) {
     match db.backend {
         Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-            let t: i64 = sqlx::query(q_tenant)
-                .bind(tenant)
-                .fetch_one(&mut c)
-                .await
-                .unwrap()
-                .get(0);
+            let t: i64 = sqlx::query(q_tenant).bind(tenant).fetch_one(&mut c).await.unwrap().get(0);
             let d: i64 = sqlx::query(q_total).fetch_one(&mut c).await.unwrap().get(0);
             (t, d)
         }
         Backend::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-            let t: i64 = sqlx::query(q_tenant)
-                .bind(tenant)
-                .fetch_one(&mut c)
-                .await
-                .unwrap()
-                .get(0);
+            let t: i64 = sqlx::query(q_tenant).bind(tenant).fetch_one(&mut c).await.unwrap().get(0);
             let d: i64 = sqlx::query(q_total).fetch_one(&mut c).await.unwrap().get(0);
             (t, d)
         }

@@ -2,17 +2,12 @@
 //! recovery tests.
 //!
 //! `create` opens, per session, a branch `A` (1 s deadline) with a child `B`
-//! (600 s), plus a branch `C` whose budget is recorded as exhausted without
+//! (asking for 600 s, capped at its parent's deadline), plus a branch `C` whose budget is recorded as exhausted without
 //! the forced return that normally follows — as if the process died in
 //! between. It prints `A B C` ids per session, then `ready`, and waits to be
 //! killed. `supervise` starts the supervisor, prints each branch its first
 //! pass fired, and exits.
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    clippy::print_stdout,
-    reason = "test tool"
-)]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout, reason = "test tool")]
 
 use std::{sync::Arc, time::Duration};
 
@@ -51,11 +46,7 @@ async fn create(service: &FoldingService, session: &str, timeout: i64) -> foldga
         None,
     )
     .unwrap();
-    service
-        .create(&principal("acme", "drill"), req)
-        .await
-        .unwrap()
-        .branch
+    service.create(&principal("acme", "drill"), req).await.unwrap().branch
 }
 
 #[tokio::main]
@@ -63,9 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let store: Arc<dyn Store> =
         foldgate_store::connect(&ConnectOptions::new(args.database_url), true).await?;
-    let service = ServiceBuilder::new(Arc::clone(&store))
-        .clock(Arc::new(SystemClock))
-        .build();
+    let service = ServiceBuilder::new(Arc::clone(&store)).clock(Arc::new(SystemClock)).build();
     match args.command {
         Command::Create { sessions } => {
             for i in 0..sessions {
@@ -73,10 +62,8 @@ async fn main() -> anyhow::Result<()> {
                 let b = create(&service, &format!("drill-{i}"), 600).await;
                 let c = create(&service, &format!("drill-c-{i}"), 600).await;
                 let now = service.clock().now();
-                let exhausted = store
-                    .consume(&a.tenant, c.id, 1_000_000, now)
-                    .await?
-                    .expect("C is active");
+                let exhausted =
+                    store.consume(&a.tenant, c.id, 1_000_000, now).await?.expect("C is active");
                 assert!(exhausted.exhausted);
                 println!("{} {} {}", a.id, b.id, c.id);
             }
