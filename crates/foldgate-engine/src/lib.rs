@@ -11,6 +11,7 @@
 mod clock;
 mod config;
 mod error;
+mod metrics;
 mod scrub;
 mod service;
 pub mod supervisor;
@@ -19,7 +20,8 @@ mod tokens;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
-pub use scrub::{ScrubFailure, Scrubbed, Scrubber, default_scrubber};
+pub use metrics::EngineMetrics;
+pub use scrub::{ScrubFailure, Scrubbed, Scrubber, default_scrubber, scrubber_from_config};
 pub use service::{
     Consumed, CreateBranch, Created, FoldingService, ReturnBranch, Returned, SessionEnded,
     StatusQuery,

@@ -15,7 +15,7 @@ use foldgate_store::{
 };
 use tokio::sync::Notify;
 
-use crate::{Clock, FoldError, FoldingConfig, ScrubFailure, Scrubber, TokenCounter};
+use crate::{Clock, EngineMetrics, FoldError, FoldingConfig, ScrubFailure, Scrubber, TokenCounter};
 
 /// A validated `branch_create`.
 #[derive(Debug, Clone)]
@@ -129,6 +129,7 @@ pub struct FoldingService {
     deadline_signal: Notify,
     /// The reconciler's planned wake-up, in Unix milliseconds.
     planned_wake_ms: AtomicI64,
+    metrics: EngineMetrics,
 }
 
 impl FoldingService {
@@ -147,7 +148,14 @@ impl FoldingService {
             config,
             deadline_signal: Notify::new(),
             planned_wake_ms: AtomicI64::new(i64::MIN),
+            metrics: EngineMetrics::noop(),
         }
+    }
+
+    /// Records into these instruments instead of nowhere.
+    pub fn with_metrics(mut self, metrics: EngineMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn config(&self) -> &FoldingConfig {
@@ -243,6 +251,7 @@ impl FoldingService {
         };
         let (branch, children_ended) =
             self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
+        self.metrics.redacted(&scrubbed.by_rule);
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,

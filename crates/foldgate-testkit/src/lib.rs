@@ -167,6 +167,7 @@ pub struct ServiceBuilder {
     config: FoldingConfig,
     clock: Arc<dyn Clock>,
     scrubber: Arc<dyn Scrubber>,
+    metrics: Option<foldgate_engine::EngineMetrics>,
 }
 
 impl ServiceBuilder {
@@ -176,7 +177,13 @@ impl ServiceBuilder {
             config: FoldingConfig::default(),
             clock: Arc::new(SystemClock),
             scrubber: foldgate_engine::default_scrubber().expect("built-in scrubber"),
+            metrics: None,
         }
+    }
+
+    pub fn metrics(mut self, metrics: foldgate_engine::EngineMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn config(mut self, config: FoldingConfig) -> Self {
@@ -195,13 +202,17 @@ impl ServiceBuilder {
     }
 
     pub fn build(self) -> Arc<FoldingService> {
-        Arc::new(FoldingService::new(
+        let service = FoldingService::new(
             self.store,
             token_counter(),
             self.scrubber,
             self.clock,
             self.config,
-        ))
+        );
+        Arc::new(match self.metrics {
+            Some(metrics) => service.with_metrics(metrics),
+            None => service,
+        })
     }
 }
 
