@@ -1,7 +1,13 @@
 //! The `foldgate` command.
 
+use std::{path::PathBuf, time::Duration};
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use foldgate::{
+    config::{AuthMode, Config},
+    serve,
+};
 use foldgate_store::{ConnectOptions, redact_url};
 
 /// A multi-tenant MCP gateway for context folding.
@@ -14,24 +20,126 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway. With no configuration: SQLite in ./foldgate.db, a
+    /// generated signing secret, and a development token printed.
+    Serve {
+        /// Address of the MCP listener [default: 127.0.0.1:8080].
+        #[arg(long, env = "FOLDGATE_LISTEN")]
+        listen: Option<String>,
+        /// Address of the operations listener (health probes) [default: 127.0.0.1:9090].
+        #[arg(long, env = "FOLDGATE_OPS_LISTEN")]
+        ops_listen: Option<String>,
+        /// The database: postgres://… or sqlite://PATH [default: sqlite://foldgate.db].
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: Option<String>,
+        /// Apply pending migrations first (always done for SQLite).
+        #[arg(long)]
+        migrate: bool,
+        /// `jwt` (default) or `none` (no authentication; loopback only).
+        #[arg(long, value_enum)]
+        auth: Option<AuthMode>,
+        /// A TOML configuration file (see docs/configuration.md).
+        #[arg(long, env = "FOLDGATE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Apply pending database migrations, then exit.
     Migrate {
         /// The database: `postgres://…` or `sqlite://PATH` (created if missing).
         #[arg(long, env = "DATABASE_URL", default_value = "sqlite://foldgate.db")]
         database_url: String,
     },
+    /// Mint a token signed with FOLDGATE_JWT_SECRET; prints it alone.
+    Token {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        sub: String,
+        /// Space-separated scopes.
+        #[arg(long, default_value = "fold:read fold:write")]
+        scope: String,
+        /// Lifetime, e.g. 30m, 1h, 7d.
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: Duration,
+        /// A TOML configuration file, for the issuer and audience.
+        #[arg(long, env = "FOLDGATE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration (file and environment) and exit.
+    CheckConfig {
+        #[arg(long, env = "FOLDGATE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn parse_ttl(raw: &str) -> Result<Duration, String> {
+    let (number, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{raw:?}: expected e.g. 30m, 1h, 7d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("{raw:?}: unit must be s, m, h or d")),
+    };
+    if secs == 0 {
+        return Err("the lifetime must be positive".into());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn init_tracing() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal() {
+        builder.init();
+    } else {
+        builder.json().init();
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing();
     match Cli::parse().command {
+        Command::Serve { listen, ops_listen, database_url, migrate, auth, config } => {
+            let mut env: Vec<(String, String)> = std::env::vars().collect();
+            // Flags win over the environment and the file.
+            let flags = [
+                ("FOLDGATE_LISTEN", listen),
+                ("FOLDGATE_OPS_LISTEN", ops_listen),
+                ("DATABASE_URL", database_url),
+                ("FOLDGATE_MIGRATE", migrate.then(|| "true".to_owned())),
+                (
+                    "FOLDGATE_AUTH_MODE",
+                    auth.map(|a| if a == AuthMode::None { "none" } else { "jwt" }.to_owned()),
+                ),
+            ];
+            env.extend(flags.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))));
+            let config = Config::load(config.as_deref(), env).map_err(anyhow::Error::msg)?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("listening on {}", config.listen))?;
+            let ops_listener = tokio::net::TcpListener::bind(config.ops_listen)
+                .await
+                .with_context(|| format!("listening on {}", config.ops_listen))?;
+            let running = serve::start(config, listener, ops_listener).await?;
+            println!("foldgate is serving MCP at {}", running.mcp_url);
+            if let Some(dev) = &running.dev_token {
+                println!("development token (tenant \"dev\", expires in 24 h):");
+                println!("{}", dev.token);
+                println!("to mint more while this process runs:");
+                println!("  FOLDGATE_JWT_SECRET={} foldgate token --tenant T --sub S", dev.secret);
+            }
+            let shutdown = running.shutdown_token();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                shutdown.cancel();
+            });
+            running.wait().await?;
+        }
         Command::Migrate { database_url } => {
             let shown = redact_url(&database_url);
             foldgate_store::migrate(&ConnectOptions::new(database_url))
@@ -39,6 +147,63 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("migrating {shown}"))?;
             tracing::info!(database = %shown, "database is migrated");
         }
+        Command::Token { tenant, sub, scope, ttl, config } => {
+            let config =
+                Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
+            let secret = config
+                .auth
+                .jwt_secret
+                .as_ref()
+                .context("FOLDGATE_JWT_SECRET (or auth.jwt_secret) is not set")?;
+            let audience = config.auth.audience.clone().or_else(|| {
+                Some(
+                    config
+                        .api
+                        .public_url
+                        .clone()
+                        .unwrap_or_else(|| format!("http://{}/mcp", config.listen)),
+                )
+            });
+            let scopes: Vec<&str> = scope.split_whitespace().collect();
+            let tenant = foldgate_domain::TenantId::parse(&tenant)?;
+            let sub = foldgate_domain::Subject::parse(&sub)?;
+            let token = foldgate_api::auth::mint_hs256(
+                secret,
+                &tenant,
+                &sub,
+                scopes,
+                ttl,
+                config.auth.issuer.as_deref(),
+                audience.as_deref(),
+            )?;
+            println!("{token}");
+        }
+        Command::CheckConfig { config } => {
+            let config =
+                Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
+            println!("configuration is valid (database {})", redact_url(&config.database_url));
+        }
     }
     Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
 }

@@ -1,0 +1,140 @@
+//! Who is calling: bearer-token authentication for `/mcp`.
+//!
+//! Every request carries a JWT. Its signature is checked against the one
+//! configured key source (an HS256 secret, a PEM public key, or a JWKS), and
+//! the algorithm a token may use is fixed by that key, never chosen by the
+//! token. Its claims become an [`Authenticated`]: the [`Principal`] (tenant
+//! and subject) that scopes every stored record, and the granted scopes.
+//!
+//! [`authenticate_request`] is the axum middleware: it verifies the token,
+//! puts the [`Authenticated`] into the request extensions, and removes the
+//! `Authorization` header so that the client's token never travels further.
+//! Failures are answered here, in the shape RFC 6750 and RFC 9728 describe,
+//! with a JSON-RPC error body that MCP clients can read.
+
+mod claims;
+mod config;
+mod error;
+mod jwks;
+mod keys;
+mod metadata;
+mod middleware;
+mod mint;
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use foldgate_domain::{Principal, Subject, TenantId};
+use foldgate_engine::{Clock, SystemClock};
+
+use self::{claims::ClaimRules, keys::KeySource};
+pub use self::{
+    config::{AuthConfig, MIN_SECRET_BYTES, Secret},
+    error::{AuthError, AuthSetupError, KeySourceError, MintError},
+    metadata::{ProtectedResourceMetadata, resource_metadata_url},
+    middleware::{
+        AuthMode, AuthState, JSONRPC_FORBIDDEN, JSONRPC_UNAUTHORIZED, JSONRPC_UNAVAILABLE,
+        auth_error_response, authenticate_request, bearer_token, insufficient_scope_response,
+    },
+    mint::mint_hs256,
+};
+
+/// Scope for reading folding state (`branch_status`).
+pub const SCOPE_READ: &str = "fold:read";
+/// Scope for changing folding state (`branch_create`, `branch_return`,
+/// `session_end`).
+pub const SCOPE_WRITE: &str = "fold:write";
+/// Every scope this server knows, as published in its metadata.
+pub const SCOPES_SUPPORTED: [&str; 2] = [SCOPE_READ, SCOPE_WRITE];
+
+/// The scope a folding tool needs, or `None` for a tool this module does not
+/// know (the caller decides, e.g. for upstream tools).
+pub fn required_scope(tool: &str) -> Option<&'static str> {
+    match tool {
+        "branch_status" => Some(SCOPE_READ),
+        "branch_create" | "branch_return" | "session_end" => Some(SCOPE_WRITE),
+        _ => None,
+    }
+}
+
+/// A verified caller, as the middleware leaves it in the request extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub principal: Principal,
+    /// Scopes granted by the token (`scope` and `scp`).
+    pub scopes: BTreeSet<String>,
+    /// The token's `exp`; `None` for unauthenticated local mode.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl Authenticated {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.contains(scope)
+    }
+
+    /// The fixed caller of `--auth none` (loopback only): tenant `local`,
+    /// subject `anonymous`, every scope.
+    pub fn local() -> Self {
+        #[expect(clippy::expect_used, reason = "constant identifiers that are valid")]
+        let principal = Principal::new(
+            TenantId::parse("local").expect("`local` is a valid tenant id"),
+            Subject::parse("anonymous").expect("`anonymous` is a valid subject"),
+        );
+        Self {
+            principal,
+            scopes: SCOPES_SUPPORTED.iter().map(|s| (*s).to_owned()).collect(),
+            expires_at: None,
+        }
+    }
+}
+
+/// Verifies bearer tokens. Cheap to clone; clones share the key cache.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    source: KeySource,
+    rules: ClaimRules,
+    clock: Arc<dyn Clock>,
+}
+
+impl Authenticator {
+    /// Builds the authenticator of a configuration, on the system clock.
+    pub async fn new(config: &AuthConfig) -> Result<Self, AuthSetupError> {
+        Self::with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Builds the authenticator with an injected clock, which decides token
+    /// expiry and the JWKS refresh interval.
+    ///
+    /// With a JWKS URL this fetches the key set once (waiting at most
+    /// `jwks_timeout_seconds`); a failure is logged and the fetch retried
+    /// when a token needs it. A PEM file that cannot be read or parsed is an
+    /// error.
+    pub async fn with_clock(
+        config: &AuthConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, AuthSetupError> {
+        config.validate().map_err(AuthSetupError::Config)?;
+        let source = KeySource::from_config(config, Arc::clone(&clock)).await?;
+        let rules = ClaimRules {
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            tenant_claim: config.tenant_claim.clone(),
+            leeway: TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
+                .unwrap_or_default(),
+        };
+        Ok(Self { inner: Arc::new(Inner { source, rules, clock }) })
+    }
+
+    /// Verifies a bearer token (without the `Bearer ` prefix).
+    pub async fn authenticate(&self, token: &str) -> Result<Authenticated, AuthError> {
+        let header = claims::parse_header(token)?;
+        let keys = self.inner.source.keys_for(header.alg, header.kid.as_deref()).await?;
+        let payload = claims::verify_signature(token, header.alg, &keys)?;
+        self.inner.rules.check(payload, self.inner.clock.now())
+    }
+}

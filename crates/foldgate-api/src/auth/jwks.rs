@@ -1,0 +1,486 @@
+//! A cached JSON Web Key Set.
+//!
+//! The set is fetched at startup (a failure there is logged, not fatal) and
+//! again when a token names a key the cache does not hold, which is how a
+//! key rotated in at the identity provider becomes usable. Every fetch, for
+//! whatever reason, counts against one minimum interval: a flood of tokens
+//! with made-up `kid`s costs the provider at most one request per interval.
+//! Keys older than the maximum age are refreshed in the background while the
+//! cached ones keep serving, so that a withdrawn key stops being accepted.
+
+use std::{
+    fmt,
+    str::FromStr,
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use foldgate_engine::Clock;
+use jsonwebtoken::{
+    Algorithm, AlgorithmFamily, DecodingKey,
+    jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyOperations, PublicKeyUse},
+};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use super::{AuthConfig, AuthError, AuthSetupError, KeySourceError};
+
+/// Largest JWKS document read; real ones are a few kilobytes.
+const MAX_JWKS_BYTES: usize = 1024 * 1024;
+
+/// Most keys tried for one token that does not say which key signed it.
+const MAX_CANDIDATES: usize = 8;
+
+/// How the key set is fetched and cached.
+#[derive(Debug, Clone)]
+pub(crate) struct JwksSettings {
+    pub url: String,
+    pub timeout: Duration,
+    pub min_refresh: TimeDelta,
+    pub max_age: TimeDelta,
+}
+
+fn seconds(value: u64) -> TimeDelta {
+    TimeDelta::try_seconds(i64::try_from(value).unwrap_or(i64::MAX)).unwrap_or(TimeDelta::MAX)
+}
+
+impl JwksSettings {
+    pub(crate) fn from_config(url: &str, config: &AuthConfig) -> Self {
+        Self {
+            url: url.to_owned(),
+            timeout: Duration::from_secs(config.jwks_timeout_seconds),
+            min_refresh: seconds(config.jwks_min_refresh_interval_seconds),
+            max_age: seconds(config.jwks_max_age_seconds),
+        }
+    }
+}
+
+/// One usable verification key of the set.
+struct JwksKey {
+    kid: Option<String>,
+    /// The algorithms this key may verify: fixed by its type and curve,
+    /// narrowed to one when the key declares its `alg`.
+    algorithms: Vec<Algorithm>,
+    key: Arc<DecodingKey>,
+}
+
+/// The keys of one successful fetch.
+#[derive(Default)]
+struct KeySet {
+    keys: Vec<JwksKey>,
+    fetched_at: Option<DateTime<Utc>>,
+    /// Bumped by every successful fetch, so that a request that waited for
+    /// another one's fetch can tell that the set changed.
+    generation: u64,
+}
+
+/// What the cache holds for a token's `kid` and `alg`.
+enum Lookup {
+    Found(Vec<Arc<DecodingKey>>),
+    /// The `kid` names a key of another type than the token's `alg`.
+    WrongAlgorithm,
+    Missing,
+}
+
+impl KeySet {
+    fn lookup(&self, alg: Algorithm, kid: Option<&str>) -> Lookup {
+        let fits = |k: &&JwksKey| k.algorithms.contains(&alg);
+        let chosen: Vec<Arc<DecodingKey>> = match kid {
+            Some(kid) if self.keys.iter().any(|k| k.kid.is_some()) => {
+                let named: Vec<&JwksKey> =
+                    self.keys.iter().filter(|k| k.kid.as_deref() == Some(kid)).collect();
+                if !named.is_empty() && !named.iter().any(fits) {
+                    return Lookup::WrongAlgorithm;
+                }
+                named.into_iter().filter(|k| fits(k)).map(|k| Arc::clone(&k.key)).collect()
+            }
+            // A token without `kid`, or a provider that publishes no `kid`s:
+            // any key of the right type may have signed it.
+            _ => self
+                .keys
+                .iter()
+                .filter(fits)
+                .take(MAX_CANDIDATES)
+                .map(|k| Arc::clone(&k.key))
+                .collect(),
+        };
+        if chosen.is_empty() { Lookup::Missing } else { Lookup::Found(chosen) }
+    }
+}
+
+/// The last fetch attempt, kept under the lock that serialises fetches.
+#[derive(Default)]
+struct FetchState {
+    last_attempt: Option<DateTime<Utc>>,
+    /// Why the last attempt failed; cleared by a successful one.
+    last_error: Option<Arc<KeySourceError>>,
+}
+
+impl FetchState {
+    /// How long until the next fetch is allowed, if it is not allowed now.
+    fn wait(&self, now: DateTime<Utc>, min_refresh: TimeDelta) -> Option<Duration> {
+        let next = self.last_attempt? + min_refresh;
+        (next > now).then(|| (next - now).to_std().unwrap_or(Duration::ZERO))
+    }
+}
+
+/// The cached key set of one JWKS URL.
+pub(crate) struct Jwks {
+    settings: JwksSettings,
+    client: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    /// The keys in use, replaced whole by each successful fetch. Read on
+    /// every request, so never held across an await.
+    keys: RwLock<Arc<KeySet>>,
+    /// Held while fetching, so that concurrent requests for an unknown key
+    /// wait for one fetch instead of starting their own.
+    fetch: Arc<Mutex<FetchState>>,
+}
+
+impl fmt::Debug for Jwks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jwks")
+            .field("url", &self.settings.url)
+            .field("keys", &self.snapshot().keys.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Jwks {
+    pub(crate) fn new(
+        settings: JwksSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Self>, AuthSetupError> {
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            .build()
+            .map_err(AuthSetupError::HttpClient)?;
+        Ok(Arc::new(Self {
+            settings,
+            client,
+            clock,
+            keys: RwLock::new(Arc::default()),
+            fetch: Arc::new(Mutex::new(FetchState::default())),
+        }))
+    }
+
+    /// The first fetch, at startup. A failure is logged and retried when a
+    /// token needs the keys.
+    pub(crate) async fn warm_up(&self) {
+        let mut state = self.fetch.lock().await;
+        // Already logged; requests report it as `Unavailable`.
+        let _failed = self.fetch_locked(&mut state).await;
+    }
+
+    fn snapshot(&self) -> Arc<KeySet> {
+        Arc::clone(&self.keys.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The keys that may have signed a token with this `alg` and `kid`.
+    pub(crate) async fn keys_for(
+        self: &Arc<Self>,
+        alg: Algorithm,
+        kid: Option<&str>,
+    ) -> Result<Vec<Arc<DecodingKey>>, AuthError> {
+        let seen = self.snapshot();
+        match seen.lookup(alg, kid) {
+            Lookup::Found(keys) => {
+                self.refresh_if_stale(&seen);
+                return Ok(keys);
+            }
+            Lookup::WrongAlgorithm => return Err(AuthError::UnsupportedAlgorithm),
+            Lookup::Missing => {}
+        }
+
+        let mut state = self.fetch.lock().await;
+        // While this request waited for the lock, another may have fetched.
+        let latest = self.snapshot();
+        if latest.generation != seen.generation {
+            match latest.lookup(alg, kid) {
+                Lookup::Found(keys) => return Ok(keys),
+                Lookup::WrongAlgorithm => return Err(AuthError::UnsupportedAlgorithm),
+                Lookup::Missing => {}
+            }
+        }
+        if let Some(retry_after) = state.wait(self.clock.now(), self.settings.min_refresh) {
+            return Err(match &state.last_error {
+                Some(source) => AuthError::Unavailable { retry_after, source: Arc::clone(source) },
+                None => AuthError::UnknownKey,
+            });
+        }
+        match self.fetch_locked(&mut state).await {
+            Ok(fresh) => match fresh.lookup(alg, kid) {
+                Lookup::Found(keys) => Ok(keys),
+                Lookup::WrongAlgorithm => Err(AuthError::UnsupportedAlgorithm),
+                Lookup::Missing => Err(AuthError::UnknownKey),
+            },
+            Err(source) => Err(AuthError::Unavailable {
+                retry_after: self.settings.min_refresh.to_std().unwrap_or(Duration::ZERO),
+                source,
+            }),
+        }
+    }
+
+    /// Starts a background refresh when the cached keys are past their
+    /// maximum age, unless a fetch is running or was attempted too recently.
+    fn refresh_if_stale(self: &Arc<Self>, seen: &KeySet) {
+        let now = self.clock.now();
+        let Some(fetched_at) = seen.fetched_at else { return };
+        if now - fetched_at < self.settings.max_age {
+            return;
+        }
+        let Ok(mut state) = Arc::clone(&self.fetch).try_lock_owned() else { return };
+        if state.wait(now, self.settings.min_refresh).is_some() {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            // A failure is logged, and the cached keys keep serving.
+            let _failed = this.fetch_locked(&mut state).await;
+        });
+    }
+
+    /// Fetches the set and, on success, installs it. The caller holds the
+    /// fetch lock.
+    async fn fetch_locked(
+        &self,
+        state: &mut FetchState,
+    ) -> Result<Arc<KeySet>, Arc<KeySourceError>> {
+        let now = self.clock.now();
+        state.last_attempt = Some(now);
+        match self.download().await {
+            Ok(keys) => {
+                let mut current = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+                let fresh = Arc::new(KeySet {
+                    keys,
+                    fetched_at: Some(now),
+                    generation: current.generation + 1,
+                });
+                *current = Arc::clone(&fresh);
+                drop(current);
+                state.last_error = None;
+                tracing::debug!(url = %self.settings.url, keys = fresh.keys.len(), "JWKS fetched");
+                Ok(fresh)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    url = %self.settings.url,
+                    error = %ErrorChain(&e),
+                    "fetching the JWKS failed; tokens needing a new key are refused with 503 \
+                     until a fetch succeeds"
+                );
+                let e = Arc::new(e);
+                state.last_error = Some(Arc::clone(&e));
+                Err(e)
+            }
+        }
+    }
+
+    async fn download(&self) -> Result<Vec<JwksKey>, KeySourceError> {
+        let mut response = self
+            .client
+            .get(&self.settings.url)
+            .header(http::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(KeySourceError::Http)?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(KeySourceError::Status(status));
+        }
+        let too_large = KeySourceError::TooLarge { limit: MAX_JWKS_BYTES };
+        if response.content_length().is_some_and(|n| n > MAX_JWKS_BYTES as u64) {
+            return Err(too_large);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(KeySourceError::Http)? {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                return Err(too_large);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        parse_key_set(&body)
+    }
+}
+
+/// Formats an error with its sources, for one log line.
+struct ErrorChain<'a>(&'a dyn std::error::Error);
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct RawKeySet {
+    keys: Vec<serde_json::Value>,
+}
+
+/// Reads a JWKS document, keeping the keys that can verify signatures.
+/// Keys of unknown types are skipped one by one rather than failing the set,
+/// so that a provider adding a new key type does not lock everyone out.
+fn parse_key_set(body: &[u8]) -> Result<Vec<JwksKey>, KeySourceError> {
+    let raw: RawKeySet = serde_json::from_slice(body).map_err(KeySourceError::Json)?;
+    let keys: Vec<JwksKey> = raw.keys.into_iter().filter_map(usable_key).collect();
+    if keys.is_empty() {
+        return Err(KeySourceError::NoUsableKeys);
+    }
+    Ok(keys)
+}
+
+fn usable_key(raw: serde_json::Value) -> Option<JwksKey> {
+    let jwk: Jwk = serde_json::from_value(raw).ok()?;
+    if jwk.common.public_key_use.as_ref().is_some_and(|u| *u != PublicKeyUse::Signature) {
+        return None;
+    }
+    if jwk.common.key_operations.as_ref().is_some_and(|ops| !ops.contains(&KeyOperations::Verify)) {
+        return None;
+    }
+    let mut algorithms: Vec<Algorithm> = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => AlgorithmFamily::Rsa.algorithms().to_vec(),
+        AlgorithmParameters::EllipticCurve(p) => match p.curve {
+            EllipticCurve::P256 => vec![Algorithm::ES256],
+            EllipticCurve::P384 => vec![Algorithm::ES384],
+            _ => return None,
+        },
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            vec![Algorithm::EdDSA]
+        }
+        // Symmetric keys never come from a published key set: anyone who
+        // can read it could sign tokens.
+        _ => return None,
+    };
+    if let Some(declared) = jwk.common.key_algorithm {
+        let declared = Algorithm::from_str(&declared.to_string()).ok()?;
+        if !algorithms.contains(&declared) {
+            return None;
+        }
+        algorithms = vec![declared];
+    }
+    let key = DecodingKey::from_jwk(&jwk).ok()?;
+    Some(JwksKey { kid: jwk.common.key_id, algorithms, key: Arc::new(key) })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const RSA_N: &str = "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw";
+    const P256_X: &str = "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU";
+    const P256_Y: &str = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0";
+    const ED_X: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+
+    fn parsed(keys: serde_json::Value) -> Result<Vec<JwksKey>, KeySourceError> {
+        parse_key_set(json!({ "keys": keys }).to_string().as_bytes())
+    }
+
+    #[test]
+    fn keeps_only_signature_keys_of_supported_types() {
+        let keys = parsed(json!([
+            {"kty": "RSA", "kid": "rsa", "n": RSA_N, "e": "AQAB"},
+            {"kty": "RSA", "kid": "rsa-ps", "alg": "PS256", "n": RSA_N, "e": "AQAB"},
+            {"kty": "EC", "kid": "ec", "crv": "P-256", "x": P256_X, "y": P256_Y},
+            {"kty": "OKP", "kid": "ed", "crv": "Ed25519", "x": ED_X},
+            {"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"},
+            {"kty": "RSA", "kid": "enc", "use": "enc", "n": RSA_N, "e": "AQAB"},
+            {"kty": "RSA", "kid": "wrap", "key_ops": ["wrapKey"], "n": RSA_N, "e": "AQAB"},
+            {"kty": "RSA", "kid": "oaep", "alg": "RSA-OAEP", "n": RSA_N, "e": "AQAB"},
+            {"kty": "EC", "kid": "ec-mismatch", "alg": "ES384", "crv": "P-256", "x": P256_X, "y": P256_Y},
+            {"kty": "OKP", "kid": "x25519", "crv": "X25519", "x": ED_X},
+            {"kty": "ML-DSA", "kid": "future", "pub": "AAAA"},
+            "not even an object"
+        ]))
+        .expect("usable keys remain");
+        let summary: Vec<(Option<&str>, &[Algorithm])> =
+            keys.iter().map(|k| (k.kid.as_deref(), k.algorithms.as_slice())).collect();
+        assert_eq!(
+            summary,
+            vec![
+                (Some("rsa"), AlgorithmFamily::Rsa.algorithms()),
+                (Some("rsa-ps"), &[Algorithm::PS256][..]),
+                (Some("ec"), &[Algorithm::ES256][..]),
+                (Some("ed"), &[Algorithm::EdDSA][..]),
+            ],
+            "symmetric, encryption, mismatched and unknown keys are skipped"
+        );
+    }
+
+    #[test]
+    fn a_set_without_usable_keys_is_an_error() {
+        let cases = [
+            (json!({"keys": []}).to_string(), "empty set"),
+            (json!({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}).to_string(), "only symmetric"),
+            ("{}".to_owned(), "no keys member"),
+            ("<html>".to_owned(), "not JSON"),
+        ];
+        for (body, why) in cases {
+            assert!(parse_key_set(body.as_bytes()).is_err(), "{why}");
+        }
+    }
+
+    #[test]
+    fn lookup_by_kid_and_algorithm() {
+        let set = KeySet {
+            keys: parsed(json!([
+                {"kty": "RSA", "kid": "a", "alg": "RS256", "n": RSA_N, "e": "AQAB"},
+                {"kty": "EC", "kid": "b", "crv": "P-256", "x": P256_X, "y": P256_Y},
+            ]))
+            .expect("keys"),
+            fetched_at: None,
+            generation: 1,
+        };
+        let count = |lookup: Lookup| match lookup {
+            Lookup::Found(keys) => Some(keys.len()),
+            Lookup::WrongAlgorithm => Some(0),
+            Lookup::Missing => None,
+        };
+        let cases = [
+            (Algorithm::RS256, Some("a"), Some(1), "kid and alg match"),
+            (Algorithm::ES256, Some("b"), Some(1), "EC key by kid"),
+            (Algorithm::ES256, Some("a"), Some(0), "kid of an RSA key, EC alg"),
+            (Algorithm::RS384, Some("a"), Some(0), "declared alg is RS256 only"),
+            (Algorithm::RS256, Some("c"), None, "unknown kid"),
+            (Algorithm::ES256, None, Some(1), "no kid: every key of the type"),
+            (Algorithm::EdDSA, None, None, "no key of the type"),
+        ];
+        for (alg, kid, expected, why) in cases {
+            assert_eq!(count(set.lookup(alg, kid)), expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_provider_without_kids_matches_any_kid() {
+        let set = KeySet {
+            keys: parsed(json!([{"kty": "EC", "crv": "P-256", "x": P256_X, "y": P256_Y}]))
+                .expect("keys"),
+            fetched_at: None,
+            generation: 1,
+        };
+        assert!(matches!(set.lookup(Algorithm::ES256, Some("whatever")), Lookup::Found(_)));
+        assert!(matches!(set.lookup(Algorithm::ES256, None), Lookup::Found(_)));
+    }
+
+    #[test]
+    fn the_refresh_interval_counts_from_the_last_attempt() {
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).expect("valid time");
+        let interval = TimeDelta::seconds(30);
+        let never = FetchState::default();
+        assert_eq!(never.wait(t0, interval), None, "first fetch is always allowed");
+
+        let state = FetchState { last_attempt: Some(t0), last_error: None };
+        assert_eq!(state.wait(t0, interval), Some(Duration::from_secs(30)));
+        assert_eq!(state.wait(t0 + TimeDelta::seconds(29), interval), Some(Duration::from_secs(1)));
+        assert_eq!(state.wait(t0 + interval, interval), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! Where verification keys come from, and which algorithms each source
+//! accepts.
+//!
+//! The accepted algorithm is decided by the key, never by the token: a shared
+//! secret accepts only HS256, a PEM key only the algorithm of its type, a
+//! JWKS only asymmetric algorithms matching each key's type. That is what
+//! defeats algorithm confusion (an HS256 token "signed" with the RSA public
+//! key as HMAC secret) and `alg: none`.
+
+use std::{path::Path, sync::Arc};
+
+use foldgate_engine::Clock;
+use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
+
+use super::{
+    AuthConfig, AuthError, AuthSetupError,
+    jwks::{Jwks, JwksSettings},
+};
+
+/// The configured key source.
+#[derive(Debug)]
+pub(crate) enum KeySource {
+    /// HS256 with the shared secret.
+    Secret(Arc<DecodingKey>),
+    /// One public key read from a PEM file; `alg` follows from its type.
+    Pem { alg: Algorithm, key: Arc<DecodingKey> },
+    /// The identity provider's key set.
+    Jwks(Arc<Jwks>),
+}
+
+impl KeySource {
+    /// Builds the source of a validated configuration. A JWKS that cannot be
+    /// fetched now is not an error (it is retried when a token needs it);
+    /// an unreadable PEM file is.
+    pub(crate) async fn from_config(
+        config: &AuthConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, AuthSetupError> {
+        if let Some(secret) = &config.jwt_secret {
+            return Ok(Self::Secret(Arc::new(DecodingKey::from_secret(
+                secret.expose().as_bytes(),
+            ))));
+        }
+        if let Some(path) = &config.public_key_file {
+            let (alg, key) = read_public_key(path).await?;
+            return Ok(Self::Pem { alg, key: Arc::new(key) });
+        }
+        if let Some(url) = &config.jwks_url {
+            let jwks = Jwks::new(JwksSettings::from_config(url, config), clock)?;
+            jwks.warm_up().await;
+            return Ok(Self::Jwks(jwks));
+        }
+        Err(AuthSetupError::Config("no JWT key source configured".into()))
+    }
+
+    /// The keys that may have signed a token with this header, in the order
+    /// to try them. Refuses algorithms the source does not accept.
+    pub(crate) async fn keys_for(
+        &self,
+        alg: Algorithm,
+        kid: Option<&str>,
+    ) -> Result<Vec<Arc<DecodingKey>>, AuthError> {
+        match self {
+            Self::Secret(key) if alg == Algorithm::HS256 => Ok(vec![Arc::clone(key)]),
+            Self::Pem { alg: expected, key } if alg == *expected => Ok(vec![Arc::clone(key)]),
+            Self::Jwks(jwks) if alg.family() != AlgorithmFamily::Hmac => {
+                jwks.keys_for(alg, kid).await
+            }
+            Self::Secret(_) | Self::Pem { .. } | Self::Jwks(_) => {
+                Err(AuthError::UnsupportedAlgorithm)
+            }
+        }
+    }
+}
+
+async fn read_public_key(path: &Path) -> Result<(Algorithm, DecodingKey), AuthSetupError> {
+    let pem = tokio::fs::read(path)
+        .await
+        .map_err(|source| AuthSetupError::ReadKey { path: path.to_owned(), source })?;
+    parse_public_pem(&pem)
+        .map_err(|reason| AuthSetupError::BadKey { path: path.to_owned(), reason })
+}
+
+/// Reads one PEM public key and the one algorithm tokens signed by its owner
+/// must use.
+pub(crate) fn parse_public_pem(pem: &[u8]) -> Result<(Algorithm, DecodingKey), String> {
+    let text = std::str::from_utf8(pem).map_err(|_| "the file is not PEM text".to_owned())?;
+    let label = text
+        .split_once("-----BEGIN ")
+        .and_then(|(_, rest)| rest.split_once("-----"))
+        .map(|(label, _)| label)
+        .ok_or_else(|| "the file holds no PEM block".to_owned())?;
+    if label.contains("PRIVATE KEY") {
+        return Err("it holds a private key; configure the public key instead \
+                    (`openssl pkey -in key.pem -pubout`)"
+            .to_owned());
+    }
+    if label != "PUBLIC KEY" && label != "RSA PUBLIC KEY" {
+        return Err(format!("expected a PUBLIC KEY block, found {label:?}"));
+    }
+    if let Ok(key) = DecodingKey::from_rsa_pem(pem) {
+        return Ok((Algorithm::RS256, key));
+    }
+    if let Ok(key) = DecodingKey::from_ec_pem(pem) {
+        // The curve shows in the length of the SEC1 point (uncompressed or
+        // compressed).
+        let alg = match key.try_get_as_bytes().map(<[u8]>::len) {
+            Ok(65 | 33) => Algorithm::ES256,
+            Ok(97 | 49) => Algorithm::ES384,
+            _ => return Err("unsupported elliptic curve: use P-256 or P-384".to_owned()),
+        };
+        return Ok((alg, key));
+    }
+    if let Ok(key) = DecodingKey::from_ed_pem(pem) {
+        return Ok((Algorithm::EdDSA, key));
+    }
+    Err("expected an RSA, P-256, P-384 or Ed25519 public key".to_owned())
+}

@@ -1,0 +1,219 @@
+//! The HTTP side of authentication: the axum middleware, and the 401, 403
+//! and 503 answers (RFC 6750 §3, RFC 9728 §5.1) with JSON-RPC error bodies.
+
+use std::sync::Arc;
+
+use axum::{
+    Json,
+    extract::{Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use http::{
+    HeaderMap, HeaderValue, StatusCode,
+    header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE},
+};
+use serde_json::json;
+
+use super::{AuthError, Authenticated, Authenticator};
+
+/// JSON-RPC error code of a 401 answer.
+pub const JSONRPC_UNAUTHORIZED: i64 = -32001;
+/// JSON-RPC error code of a 403 (missing scope) answer.
+pub const JSONRPC_FORBIDDEN: i64 = -32003;
+/// JSON-RPC error code of a 503 answer (token keys unavailable).
+pub const JSONRPC_UNAVAILABLE: i64 = -32004;
+
+/// How requests are authenticated.
+#[derive(Debug, Clone)]
+pub enum AuthMode {
+    /// Verify the bearer token of every request.
+    Jwt(Authenticator),
+    /// `--auth none`: every request acts as [`Authenticated::local`]. The
+    /// server allows this only when it listens on loopback.
+    None,
+}
+
+/// What [`authenticate_request`] needs: the mode, and where clients find
+/// the protected resource metadata.
+#[derive(Debug, Clone)]
+pub struct AuthState {
+    mode: AuthMode,
+    resource_metadata_url: Arc<str>,
+}
+
+impl AuthState {
+    /// `resource_metadata_url` is the absolute URL of this server's RFC 9728
+    /// document (see [`resource_metadata_url`](super::resource_metadata_url)).
+    pub fn new(mode: AuthMode, resource_metadata_url: impl Into<String>) -> Self {
+        Self { mode, resource_metadata_url: resource_metadata_url.into().into() }
+    }
+
+    pub fn mode(&self) -> &AuthMode {
+        &self.mode
+    }
+
+    pub fn resource_metadata_url(&self) -> &str {
+        &self.resource_metadata_url
+    }
+}
+
+/// Authenticates the request; on success puts an [`Authenticated`] into its
+/// extensions and passes it on, always without its `Authorization` header.
+///
+/// Use with `axum::middleware::from_fn_with_state(state, authenticate_request)`.
+pub async fn authenticate_request(
+    State(state): State<AuthState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let token = bearer_token(request.headers());
+    // Whatever the outcome, the client's credentials go no further.
+    request.headers_mut().remove(AUTHORIZATION);
+    let outcome = match (&state.mode, token) {
+        (AuthMode::None, _) => Ok(Authenticated::local()),
+        (AuthMode::Jwt(authenticator), Ok(token)) => authenticator.authenticate(&token).await,
+        (AuthMode::Jwt(_), Err(e)) => Err(e),
+    };
+    match outcome {
+        Ok(authenticated) => {
+            request.extensions_mut().insert(authenticated);
+            next.run(request).await
+        }
+        Err(error) => {
+            // A key-source failure was logged where it happened.
+            tracing::debug!(reason = error.kind(), "request not authenticated");
+            auth_error_response(&error, &state.resource_metadata_url)
+        }
+    }
+}
+
+/// The bearer token of a request (RFC 6750 §2.1; the scheme is
+/// case-insensitive). Another scheme counts as no token.
+pub fn bearer_token(headers: &HeaderMap) -> Result<String, AuthError> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let Some(value) = values.next() else { return Err(AuthError::MissingToken) };
+    if values.next().is_some() {
+        return Err(AuthError::Malformed("more than one Authorization header"));
+    }
+    let value = value
+        .to_str()
+        .map_err(|_| AuthError::Malformed("the Authorization header is not ASCII"))?
+        .trim();
+    let (scheme, token) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::MissingToken);
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(AuthError::Malformed("the bearer token is empty"));
+    }
+    if token.contains(char::is_whitespace) {
+        return Err(AuthError::Malformed("the bearer token contains spaces"));
+    }
+    Ok(token.to_owned())
+}
+
+/// The answer to a failed authentication: 401 with a `WWW-Authenticate`
+/// challenge pointing at the metadata (plus `error="invalid_token"` when a
+/// token was sent), or 503 with `Retry-After` when the keys are unavailable.
+pub fn auth_error_response(error: &AuthError, resource_metadata_url: &str) -> Response {
+    let reason = error.reason();
+    if let AuthError::Unavailable { retry_after, .. } = error {
+        let mut response = jsonrpc_error(error.status(), JSONRPC_UNAVAILABLE, &reason);
+        let seconds = (retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1);
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+        return response;
+    }
+    let mut challenge = format!("Bearer resource_metadata=\"{}\"", quotable(resource_metadata_url));
+    if !error.is_missing_token() {
+        challenge.push_str(&format!(
+            ", error=\"invalid_token\", error_description=\"{}\"",
+            quotable(&reason)
+        ));
+    }
+    let mut response = jsonrpc_error(StatusCode::UNAUTHORIZED, JSONRPC_UNAUTHORIZED, &reason);
+    insert_challenge(&mut response, &challenge);
+    response
+}
+
+/// The answer to a valid token that lacks the scope a call needs: 403 with
+/// `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, so that
+/// the client can ask its authorization server for more.
+pub fn insufficient_scope_response(required_scope: &str, resource_metadata_url: &str) -> Response {
+    let challenge = format!(
+        "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+        quotable(required_scope),
+        quotable(resource_metadata_url)
+    );
+    let message = format!("this call needs the `{required_scope}` scope");
+    let mut response = jsonrpc_error(StatusCode::FORBIDDEN, JSONRPC_FORBIDDEN, &message);
+    insert_challenge(&mut response, &challenge);
+    response
+}
+
+fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    });
+    (status, Json(body)).into_response()
+}
+
+fn insert_challenge(response: &mut Response, challenge: &str) {
+    // `quotable` leaves only visible ASCII and spaces, which always form a
+    // valid header value.
+    if let Ok(value) = HeaderValue::from_str(challenge) {
+        response.headers_mut().insert(WWW_AUTHENTICATE, value);
+    }
+}
+
+/// Keeps the characters RFC 6750 §3 allows inside a quoted attribute
+/// (`%x20-21 / %x23-5B / %x5D-7E`): no quotes, backslashes or controls, so
+/// no value can break out of its quotes.
+fn quotable(text: &str) -> String {
+    text.chars().filter(|c| matches!(c, ' '..='~') && *c != '"' && *c != '\\').collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for v in values {
+            map.append(AUTHORIZATION, HeaderValue::from_str(v).expect("header value"));
+        }
+        map
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let cases: Vec<(Vec<&str>, Result<&str, &str>, &str)> = vec![
+            (vec!["Bearer abc.def.ghi"], Ok("abc.def.ghi"), "canonical"),
+            (vec!["bearer abc"], Ok("abc"), "lower-case scheme"),
+            (vec!["BEARER   abc  "], Ok("abc"), "upper-case scheme, extra spaces"),
+            (vec![], Err("missing_token"), "no header"),
+            (vec!["Basic dXNlcjpwYXNz"], Err("missing_token"), "other scheme"),
+            (vec!["Bearer"], Err("malformed"), "scheme only"),
+            (vec!["Bearer "], Err("malformed"), "empty token"),
+            (vec!["Bearer a b"], Err("malformed"), "space inside"),
+            (vec!["Bearer a", "Bearer b"], Err("malformed"), "two headers"),
+        ];
+        for (values, expected, why) in cases {
+            let got = bearer_token(&headers(&values));
+            assert_eq!(got.as_deref().map_err(AuthError::kind), expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn quoted_values_cannot_break_out() {
+        assert_eq!(quotable(r#"a"b\c"#), "abc");
+        assert_eq!(quotable("tab\there\u{7f}é"), "tabhere");
+        assert_eq!(
+            quotable("https://gw.example/.well-known/x?y=1"),
+            "https://gw.example/.well-known/x?y=1"
+        );
+    }
+}

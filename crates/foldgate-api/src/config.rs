@@ -1,0 +1,77 @@
+//! The front end's settings.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limit::RateLimitConfig;
+
+/// How the MCP endpoint is exposed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// The canonical URL of the MCP endpoint as clients reach it (through any
+    /// load balancer), e.g. `https://foldgate.example.com/mcp`. It is the
+    /// expected token audience by default and is published in the RFC 9728
+    /// metadata. Default: `http://<listen>/mcp`.
+    pub public_url: Option<String>,
+    /// Accepted `Host` values (names, or `name:port`); `*` accepts any.
+    /// Default: loopback names, plus the host of `public_url`.
+    pub allowed_hosts: Vec<String>,
+    /// Accepted `Origin` values (`scheme://host[:port]`); a request with any
+    /// other `Origin` is refused. Default: none (requests without `Origin`,
+    /// i.e. non-browser clients, are unaffected).
+    pub allowed_origins: Vec<String>,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Per-principal request rate.
+    pub rate_limit: RateLimitConfig,
+    /// Longest a request may take before it is answered 503.
+    #[serde(with = "seconds")]
+    pub request_timeout: Duration,
+    /// On shutdown, how long in-flight requests may take to finish.
+    #[serde(with = "seconds")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            public_url: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+            rate_limit: RateLimitConfig::default(),
+            request_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ApiConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        self.rate_limit.validate()?;
+        if self.max_body_bytes < 1024 {
+            return Err("max_body_bytes must be at least 1024".into());
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(format!("public_url {url:?} must be an http(s) URL"));
+        }
+        if self.request_timeout.is_zero() {
+            return Err("request_timeout must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+mod seconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+}

@@ -1,0 +1,284 @@
+//! Checks on the HTTP request before rmcp sees it: body size, Host and
+//! Origin, and the MCP guard that parses JSON-RPC and validates folding tool
+//! arguments, so that bad input is a 400 that names the field.
+
+use std::sync::Arc;
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderValue, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use foldgate_engine::FoldingConfig;
+use serde_json::{Value, json};
+
+use crate::{
+    args::{self, FoldingTool},
+    auth::Authenticated,
+    error::RATE_LIMITED,
+};
+
+/// A JSON-RPC error response with an HTTP status.
+pub(crate) fn jsonrpc_error(
+    status: StatusCode,
+    id: Option<&Value>,
+    code: i32,
+    message: &str,
+    data: Option<Value>,
+) -> Response {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error});
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// Reads the whole body, refusing more than `max` bytes with 413.
+pub(crate) async fn limit_body(State(max): State<usize>, req: Request, next: Next) -> Response {
+    let too_large = || {
+        jsonrpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            -32600,
+            &format!("request body exceeds {max} bytes"),
+            None,
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > max) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Err(_) => too_large(),
+    }
+}
+
+/// Which `Host` and `Origin` values are accepted (DNS-rebinding protection,
+/// required of MCP servers).
+#[derive(Debug, Clone)]
+pub struct HostOriginPolicy {
+    /// Hostnames (`example.com`) or authorities (`example.com:8080`).
+    pub allowed_hosts: Vec<String>,
+    /// Exact origins (`https://app.example.com`); a request with an `Origin`
+    /// header not in the list is refused.
+    pub allowed_origins: Vec<String>,
+}
+
+impl HostOriginPolicy {
+    fn host_allowed(&self, host: &str) -> bool {
+        let name = host_name(host);
+        self.allowed_hosts.iter().any(|allowed| {
+            allowed == "*"
+                || allowed.eq_ignore_ascii_case(host)
+                || allowed.eq_ignore_ascii_case(name)
+        })
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        self.allowed_origins.iter().any(|allowed| {
+            allowed == "*" || allowed.trim_end_matches('/').eq_ignore_ascii_case(origin)
+        })
+    }
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:80` → `::1`.
+fn host_name(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => authority,
+    }
+}
+
+pub(crate) async fn check_host_origin(
+    State(policy): State<Arc<HostOriginPolicy>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let Some(host) = host.filter(|h| policy.host_allowed(h)) else {
+        return jsonrpc_error(StatusCode::FORBIDDEN, None, -32600, "Host not allowed", None);
+    };
+    let _ = host;
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|o| policy.origin_allowed(o));
+        if !allowed {
+            return jsonrpc_error(StatusCode::FORBIDDEN, None, -32600, "Origin not allowed", None);
+        }
+    }
+    next.run(req).await
+}
+
+/// What the MCP guard needs.
+#[derive(Debug, Clone)]
+pub(crate) struct GuardState {
+    pub folding: Arc<FoldingConfig>,
+    /// Where the protected-resource metadata lives, for 403 challenges.
+    pub resource_metadata: Arc<str>,
+}
+
+/// Parses the JSON-RPC request and validates folding tool calls.
+pub(crate) async fn mcp_guard(
+    State(state): State<GuardState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    // The body was already read into memory by `limit_body`.
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None);
+    };
+    if let Err(response) = check_message(&state, &parts, &bytes) {
+        return *response;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+fn check_message(
+    state: &GuardState,
+    parts: &http::request::Parts,
+    bytes: &Bytes,
+    // Boxed: a response is large, and the error path is the rare one.
+) -> Result<(), Box<Response>> {
+    let message: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            -32700,
+            &format!("parse error: {e}"),
+            None,
+        ))
+    })?;
+    let invalid = |id: Option<&Value>, why: &str| {
+        Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32600,
+            &format!("invalid request: {why}"),
+            None,
+        ))
+    };
+    let Value::Object(obj) = &message else {
+        return Err(invalid(
+            None,
+            "expected a JSON-RPC message object (batches are not supported)",
+        ));
+    };
+    let id = obj.get("id");
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
+    }
+    let Some(method) = obj.get("method") else {
+        // A response from the client (to a server request): rmcp handles it.
+        return Ok(());
+    };
+    let Some(method) = method.as_str() else {
+        return Err(invalid(id, "`method` must be a string"));
+    };
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let params = obj.get("params").and_then(Value::as_object);
+    let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    let Some(tool) = name.and_then(FoldingTool::from_name) else {
+        return Ok(());
+    };
+    if let Some(who) = parts.extensions.get::<Authenticated>()
+        && !who.has_scope(tool.scope())
+    {
+        return Err(Box::new(crate::auth::insufficient_scope_response(
+            tool.scope(),
+            &state.resource_metadata,
+        )));
+    }
+    let arguments = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(_) => {
+            return Err(Box::new(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                -32602,
+                "invalid argument `arguments`: must be an object",
+                Some(json!({"field": "arguments"})),
+            )));
+        }
+    };
+    args::parse(tool, arguments, &state.folding).map(|_| ()).map_err(|e| {
+        Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32602,
+            &e.to_string(),
+            Some(json!({"field": e.field, "reason": e.reason})),
+        ))
+    })
+}
+
+/// Turns a JSON-RPC rate-limit error from a tool into HTTP 429 with
+/// `Retry-After`, so that HTTP clients and proxies see it as one.
+pub(crate) async fn limits_to_429(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if response.status() != StatusCode::OK || !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "response body unreadable").into_response();
+    };
+    let retry_after = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
+        let error = v.get("error")?;
+        (error.get("code")?.as_i64()? == i64::from(RATE_LIMITED))
+            .then(|| error.get("data")?.get("retry_after")?.as_u64())
+            .flatten()
+    });
+    if let Some(secs) = retry_after {
+        parts.status = StatusCode::TOO_MANY_REQUESTS;
+        parts.headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_and_policy() {
+        assert_eq!(host_name("example.com:8080"), "example.com");
+        assert_eq!(host_name("[::1]:80"), "::1");
+        assert_eq!(host_name("localhost"), "localhost");
+        let p = HostOriginPolicy {
+            allowed_hosts: vec!["localhost".into(), "api.example.com:8443".into()],
+            allowed_origins: vec!["https://app.example.com".into()],
+        };
+        assert!(p.host_allowed("localhost:8080"));
+        assert!(p.host_allowed("api.example.com:8443"));
+        assert!(!p.host_allowed("evil.example"));
+        assert!(p.origin_allowed("https://app.example.com"));
+        assert!(!p.origin_allowed("https://evil.example"));
+    }
+}

@@ -1,0 +1,21 @@
+//! foldgate's MCP front end.
+//!
+//! The router stacks, in order: request id and trace span, body limit
+//! (413), Host and Origin allow-lists (403), JWT authentication (401/403),
+//! a per-principal rate limit (429), and the MCP guard that parses JSON-RPC
+//! and validates folding tool arguments (400) before rmcp's Streamable HTTP
+//! service hands the call to [`tools::FoldingTools`].
+
+pub mod args;
+pub mod auth;
+mod config;
+pub mod error;
+mod guard;
+mod limit;
+mod router;
+pub mod tools;
+
+pub use config::ApiConfig;
+pub use guard::HostOriginPolicy;
+pub use limit::RateLimitConfig;
+pub use router::{Gateway, ops_router, router};

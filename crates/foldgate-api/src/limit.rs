@@ -1,0 +1,108 @@
+//! The per-principal request rate limit (tower-governor, keyed by tenant
+//! and subject), answering 429 with `Retry-After` and a JSON-RPC error.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    body::Body,
+    http::{HeaderValue, Request, Response, StatusCode, header},
+};
+use serde::Deserialize;
+use tower_governor::{
+    GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
+};
+
+use crate::{auth::Authenticated, error::RATE_LIMITED, guard::jsonrpc_error};
+
+/// How many requests one principal may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests per second per principal (tenant and subject).
+    pub per_second: u32,
+    /// Requests a principal may make at once before the rate applies.
+    pub burst: u32,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self { per_second: 50, burst: 100 }
+    }
+}
+
+impl RateLimitConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.per_second == 0 || self.burst == 0 {
+            return Err("rate_limit.per_second and rate_limit.burst must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Keys requests by the authenticated principal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PrincipalKey;
+
+impl KeyExtractor for PrincipalKey {
+    type Key = (String, String);
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
+        req.extensions()
+            .get::<Authenticated>()
+            .map(|a| (a.principal.tenant.to_string(), a.principal.subject.to_string()))
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+/// The layer, and a task that forgets idle principals so memory stays
+/// bounded by the active ones.
+pub(crate) fn layer(
+    config: RateLimitConfig,
+) -> Result<
+    GovernorLayer<
+        PrincipalKey,
+        governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+        Body,
+    >,
+    String,
+> {
+    let period = Duration::from_secs(1) / config.per_second;
+    let governor = GovernorConfigBuilder::default()
+        .period(period.max(Duration::from_nanos(1)))
+        .burst_size(config.burst)
+        .key_extractor(PrincipalKey)
+        .finish()
+        .ok_or_else(|| "invalid rate limit".to_owned())?;
+    let governor = Arc::new(governor);
+    let limiter = Arc::clone(governor.limiter());
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            interval.tick().await;
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    });
+    Ok(GovernorLayer::new(governor).error_handler(too_many))
+}
+
+fn too_many(error: GovernorError) -> Response<Body> {
+    match error {
+        GovernorError::TooManyRequests { wait_time, .. } => {
+            let secs = wait_time.max(1);
+            let mut response = jsonrpc_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                None,
+                RATE_LIMITED,
+                "too many requests",
+                Some(serde_json::json!({"code": "rate_limited", "retry_after": secs})),
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response
+        }
+        // Every request reaching the limiter was authenticated.
+        GovernorError::UnableToExtractKey | GovernorError::Other { .. } => {
+            jsonrpc_error(StatusCode::INTERNAL_SERVER_ERROR, None, -32603, "internal error", None)
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The HTTP application: routes and the layers in front of `/mcp`.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{HeaderName, StatusCode},
+    middleware,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use foldgate_engine::FoldingService;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::{
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    timeout::TimeoutLayer,
+    trace::TraceLayer,
+};
+
+use crate::{
+    ApiConfig,
+    auth::{self, AuthState},
+    guard::{self, GuardState, HostOriginPolicy},
+    limit,
+    tools::FoldingTools,
+};
+
+/// Everything the HTTP application needs.
+#[derive(Clone)]
+pub struct Gateway {
+    pub service: Arc<FoldingService>,
+    pub auth: AuthState,
+    pub config: ApiConfig,
+    /// The canonical MCP URL (`public_url`, or derived from the listener).
+    pub mcp_url: String,
+    /// The token issuer, published in the protected resource metadata.
+    pub issuer: Option<String>,
+    /// Whether background work (the supervisor) is healthy, for `/readyz`.
+    pub background_ok: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Cancelled on shutdown: open MCP streams end.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("mcp_url", &self.mcp_url).finish_non_exhaustive()
+    }
+}
+
+/// Builds the application.
+pub fn router(gateway: Gateway) -> Result<Router, String> {
+    let config = &gateway.config;
+    let metadata_url: Arc<str> = gateway.auth.resource_metadata_url().into();
+
+    let tools = FoldingTools::new(Arc::clone(&gateway.service));
+    let mcp = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(NeverSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_sse_keep_alive(None)
+            // Host and Origin are checked in front, before authentication.
+            .disable_allowed_hosts()
+            .disable_allowed_origins()
+            .with_max_request_body_bytes(config.max_body_bytes)
+            .with_cancellation_token(gateway.shutdown.child_token()),
+    );
+
+    let policy = Arc::new(HostOriginPolicy {
+        allowed_hosts: allowed_hosts(config, &gateway.mcp_url),
+        allowed_origins: config.allowed_origins.clone(),
+    });
+    let guard_state = GuardState {
+        folding: Arc::new(gateway.service.config().clone()),
+        resource_metadata: Arc::clone(&metadata_url),
+    };
+    // Outermost first.
+    let mcp_layers = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(config.max_body_bytes, guard::limit_body))
+        .layer(middleware::from_fn_with_state(policy, guard::check_host_origin))
+        .layer(middleware::from_fn_with_state(gateway.auth.clone(), auth::authenticate_request))
+        .layer(limit::layer(config.rate_limit)?)
+        .layer(middleware::from_fn_with_state(guard_state, guard::mcp_guard))
+        .layer(middleware::from_fn(guard::limits_to_429));
+
+    let metadata =
+        auth::ProtectedResourceMetadata::new(&gateway.mcp_url, gateway.issuer.as_deref());
+    let metadata_route = get(move || {
+        let metadata = metadata.clone();
+        async move { Json(metadata) }
+    });
+
+    let request_id = HeaderName::from_static("x-request-id");
+    Ok(Router::new()
+        .route_service("/mcp", mcp_layers.service(mcp))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/.well-known/oauth-protected-resource", metadata_route.clone())
+        .route("/.well-known/oauth-protected-resource/mcp", metadata_route)
+        .with_state(gateway.clone())
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(
+                    |req: &http::Request<axum::body::Body>| {
+                        let id = req
+                            .headers()
+                            .get("x-request-id")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default();
+                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = id)
+                    },
+                ))
+                .layer(PropagateRequestIdLayer::new(request_id))
+                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, config.request_timeout)),
+        ))
+}
+
+/// Loopback names, what the operator listed, and the public URL's host.
+fn allowed_hosts(config: &ApiConfig, mcp_url: &str) -> Vec<String> {
+    if !config.allowed_hosts.is_empty() {
+        return config.allowed_hosts.clone();
+    }
+    let mut hosts: Vec<String> =
+        ["localhost", "127.0.0.1", "::1"].into_iter().map(str::to_owned).collect();
+    if let Some(authority) = mcp_url.split("://").nth(1).and_then(|rest| rest.split('/').next()) {
+        hosts.push(authority.to_owned());
+    }
+    hosts
+}
+
+async fn readyz(State(gateway): State<Gateway>) -> Response {
+    let store = tokio::time::timeout(Duration::from_secs(2), gateway.service.store().ready()).await;
+    let database = match store {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the database did not answer within 2 s".to_owned()),
+    };
+    let background = (gateway.background_ok)();
+    let ready = database.is_ok() && background;
+    let body = json!({
+        "ready": ready,
+        "database": database.err().unwrap_or_else(|| "ok".to_owned()),
+        "supervisor": if background { "ok" } else { "stopped" },
+    });
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body)).into_response()
+}
+
+/// The operations listener's application: health probes on a port that is
+/// never exposed with the MCP port.
+pub fn ops_router(store: Arc<dyn foldgate_store::Store>) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok" })).route(
+        "/readyz",
+        get(move || {
+            let store = Arc::clone(&store);
+            async move {
+                match tokio::time::timeout(Duration::from_secs(2), store.ready()).await {
+                    Ok(Ok(())) => (StatusCode::OK, "ready").into_response(),
+                    Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+                    Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database timeout").into_response(),
+                }
+            }
+        }),
+    )
+}

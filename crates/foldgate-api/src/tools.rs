@@ -1,0 +1,214 @@
+//! The MCP tools: `branch_create`, `branch_return`, `branch_status` and
+//! `session_end`, over the folding service.
+
+use std::sync::Arc;
+
+use foldgate_domain::{Branch, Principal};
+use foldgate_engine::{FoldError, FoldingService};
+use rmcp::{
+    ServerHandler,
+    model::{
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, ErrorData,
+        Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        Tool, ToolAnnotations,
+    },
+    service::{RequestContext, RoleServer},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    args::{self, ArgError, FoldingTool, Parsed},
+    auth::Authenticated,
+    error,
+};
+
+/// What the server tells a model about folding when it connects.
+const INSTRUCTIONS: &str = "\
+This server manages context folding. When a sub-task needs exploration that would fill your \
+context (reading many files, searching, trying several fixes), call branch_create to open a \
+branch with a budget and a deadline, do the work inside it, then call branch_return with a short \
+summary: only that summary comes back to the parent context. Branches nest up to depth 3; \
+branch_status shows where you are; session_end closes everything when the conversation ends.";
+
+/// The folding tools, served per request (stateless).
+#[derive(Debug, Clone)]
+pub struct FoldingTools {
+    service: Arc<FoldingService>,
+}
+
+impl FoldingTools {
+    pub fn new(service: Arc<FoldingService>) -> Self {
+        Self { service }
+    }
+
+    async fn call(&self, who: &Principal, parsed: Parsed) -> Result<Value, FoldError> {
+        let s = &self.service;
+        Ok(match parsed {
+            Parsed::Create(req) => {
+                let created = s.create(who, req).await?;
+                let b = &created.branch;
+                json!({
+                    "branch_id": b.id,
+                    "session_id": b.session_id.as_str(),
+                    "parent_branch_id": b.parent,
+                    "depth": b.depth,
+                    "budget_allocated": b.ledger.budget,
+                    "budget_requested": created.budget_requested,
+                    "budget_used": b.ledger.used,
+                    "deadline_at": b.deadline_at,
+                    "status": b.status.as_str(),
+                })
+            }
+            Parsed::Return(req) => {
+                let returned = s.return_branch(who, req).await?;
+                let b = &returned.branch;
+                json!({
+                    "success": true,
+                    "branch_id": b.id,
+                    "status": b.status.as_str(),
+                    "tokens_used": b.ledger.used,
+                    "message": returned.message,
+                    "redactions": returned.redactions,
+                    "children_force_returned": returned.children_ended,
+                })
+            }
+            Parsed::Status(query) => match s.status(who, query).await? {
+                Some(branch) => branch_view(&branch),
+                None => json!({"branch_id": null, "status": "No active branch found"}),
+            },
+            Parsed::End(session) => {
+                let ended = s.end_session(who, &session).await?;
+                json!({
+                    "session_id": session.as_str(),
+                    "branches_ended": ended.branches_ended,
+                    "session_ended": ended.session_ended,
+                })
+            }
+        })
+    }
+}
+
+/// What `branch_status` shows of a branch.
+fn branch_view(b: &Branch) -> Value {
+    json!({
+        "branch_id": b.id,
+        "session_id": b.session_id.as_str(),
+        "parent_branch_id": b.parent,
+        "status": b.status.as_str(),
+        "reason": b.reason.map(|r| r.as_str()),
+        "depth": b.depth,
+        "description": b.description,
+        "budget_total": b.ledger.budget,
+        "budget_used": b.ledger.used,
+        "budget_lent_to_children": b.ledger.reserved,
+        "budget_warning": b.warned_at.is_some(),
+        "created_at": b.created_at,
+        "deadline_at": b.deadline_at,
+        "completed_at": b.completed_at,
+    })
+}
+
+/// The principal the auth layer put on the HTTP request.
+pub(crate) fn principal_of(ctx: &RequestContext<RoleServer>) -> Option<Authenticated> {
+    ctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Authenticated>())
+        .cloned()
+}
+
+fn tool(t: FoldingTool) -> Tool {
+    let (title, description, read_only, destructive) = match t {
+        FoldingTool::BranchCreate => (
+            "Open a branch",
+            "Open a budgeted, time-limited branch for a sub-task (exploration, research, \
+             trial and error). Work inside it, then call branch_return with a short summary; only \
+             that summary reaches the parent context. Returns branch_id, depth and the budget \
+             actually allocated. The gateway counts the branch's tokens and ends it at its budget \
+             or deadline.",
+            false,
+            false,
+        ),
+        FoldingTool::BranchReturn => (
+            "Return from a branch",
+            "Finish a branch and hand its result to the parent: a concise summary of findings \
+             or of what failed (outcome \"failure\"), not raw material. Active child branches are \
+             ended first. Secrets in the message are redacted. Returns tokens_used and the \
+             message as the parent receives it.",
+            false,
+            false,
+        ),
+        FoldingTool::BranchStatus => (
+            "Branch status",
+            "Show a branch (by branch_id) or the current innermost active branch of a session \
+             (by session_id): status, depth, budget used and total, deadline.",
+            true,
+            false,
+        ),
+        FoldingTool::SessionEnd => (
+            "End a folding session",
+            "End a session: every active branch in it is ended, deepest first. Use when the \
+             conversation is over.",
+            false,
+            true,
+        ),
+    };
+    let mut annotations = ToolAnnotations::default();
+    annotations.title = Some(title.to_owned());
+    annotations.read_only_hint = Some(read_only);
+    annotations.destructive_hint = Some(destructive);
+    annotations.idempotent_hint = Some(read_only);
+    annotations.open_world_hint = Some(false);
+    let mut tool = Tool::new(t.name(), description, Arc::new(args::input_schema(t)));
+    tool.title = Some(title.to_owned());
+    tool.annotations = Some(annotations);
+    tool
+}
+
+impl ServerHandler for FoldingTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("foldgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        // What a principal may call can differ: never share the list.
+        Ok(ListToolsResult::with_all_items(FoldingTool::ALL.into_iter().map(tool).collect())
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = FoldingTool::from_name(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {:?}", request.name),
+                Some(json!({"field": "name"})),
+            ));
+        };
+        let Some(who) = principal_of(&context) else {
+            // The auth layer runs before every request reaches here.
+            return Err(error::internal("request without a principal"));
+        };
+        if !who.has_scope(tool.scope()) {
+            return Err(ErrorData::new(
+                ErrorCode(error::INSUFFICIENT_SCOPE),
+                format!("the token lacks the {} scope", tool.scope()),
+                Some(json!({"scope": tool.scope()})),
+            ));
+        }
+        let parsed = args::parse(tool, request.arguments.as_ref(), self.service.config())
+            .map_err(|e: ArgError| error::invalid_argument(&e))?;
+        let result = match self.call(&who.principal, parsed).await {
+            Ok(value) => CallToolResult::structured(value),
+            Err(e) => return error::tool_error(tool, &e),
+        };
+        Ok(result.into())
+    }
+}

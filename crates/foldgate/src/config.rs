@@ -1,0 +1,311 @@
+//! The gateway's configuration: one struct, read from an optional TOML file
+//! and then from the environment, checked before anything starts.
+//!
+//! Environment: the documented names (`FOLDGATE_LISTEN`, `DATABASE_URL`,
+//! `FOLDGATE_JWT_SECRET`, …) and, for every other setting,
+//! `FOLDGATE_<SECTION>__<FIELD>` (e.g. `FOLDGATE_FOLDING__MAX_DEPTH=4`,
+//! `FOLDGATE_FOLDING__LIMITS__MAX_ACTIVE_PER_TENANT=200`).
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use foldgate_api::{ApiConfig, auth::AuthConfig};
+use foldgate_engine::{FoldingConfig, SupervisorConfig};
+use foldgate_scrub::ScrubConfig;
+use serde::Deserialize;
+use toml::{Table, Value};
+
+/// How requests are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// JWT bearer tokens (with no key configured, `serve` makes a development
+    /// secret and prints a token).
+    #[default]
+    Jwt,
+    /// No authentication: every caller is tenant `local`. Loopback only.
+    None,
+}
+
+/// Database connection pool settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// Connections per process.
+    pub max_connections: u32,
+    /// How long a request waits for a connection before failing (seconds).
+    pub acquire_timeout_seconds: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self { max_connections: 10, acquire_timeout_seconds: 5 }
+    }
+}
+
+/// Every setting of `foldgate serve`. See `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of the MCP listener.
+    pub listen: SocketAddr,
+    /// Address of the operations listener (health probes).
+    pub ops_listen: SocketAddr,
+    /// `postgres://…` or `sqlite://PATH`.
+    pub database_url: String,
+    pub database: DatabaseConfig,
+    /// Apply pending migrations at startup.
+    pub migrate: bool,
+    pub auth_mode: AuthMode,
+    pub auth: AuthConfig,
+    pub api: ApiConfig,
+    pub folding: FoldingConfig,
+    pub supervisor: SupervisorConfig,
+    pub scrub: ScrubConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            ops_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            database_url: "sqlite://foldgate.db".to_owned(),
+            database: DatabaseConfig::default(),
+            migrate: false,
+            auth_mode: AuthMode::Jwt,
+            auth: AuthConfig::default(),
+            api: ApiConfig::default(),
+            folding: FoldingConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            scrub: ScrubConfig::default(),
+        }
+    }
+}
+
+/// The documented environment variables and the setting each sets.
+const ENV_ALIASES: &[(&str, &[&str])] = &[
+    ("FOLDGATE_LISTEN", &["listen"]),
+    ("FOLDGATE_OPS_LISTEN", &["ops_listen"]),
+    ("DATABASE_URL", &["database_url"]),
+    ("FOLDGATE_JWT_SECRET", &["auth", "jwt_secret"]),
+    ("FOLDGATE_JWKS_URL", &["auth", "jwks_url"]),
+    ("FOLDGATE_JWT_PUBLIC_KEY_FILE", &["auth", "public_key_file"]),
+    ("FOLDGATE_JWT_ISSUER", &["auth", "issuer"]),
+    ("FOLDGATE_JWT_AUDIENCE", &["auth", "audience"]),
+    ("FOLDGATE_TENANT_CLAIM", &["auth", "tenant_claim"]),
+    ("FOLDGATE_ALLOWED_HOSTS", &["api", "allowed_hosts"]),
+    ("FOLDGATE_ALLOWED_ORIGINS", &["api", "allowed_origins"]),
+];
+
+/// Settings that are lists: comma-separated in the environment.
+const LIST_SETTINGS: &[&[&str]] = &[&["api", "allowed_hosts"], &["api", "allowed_origins"]];
+
+/// Settings that stay strings even when they look like numbers.
+const STRING_SETTINGS: &[&[&str]] = &[
+    &["database_url"],
+    &["listen"],
+    &["ops_listen"],
+    &["auth", "jwt_secret"],
+    &["auth", "issuer"],
+    &["auth", "audience"],
+    &["auth", "tenant_claim"],
+];
+
+/// Environment variables the generic `FOLDGATE_` mapping skips: they
+/// belong to commands, not to `serve`'s settings.
+const NOT_SETTINGS: &[&str] = &["FOLDGATE_CONFIG", "FOLDGATE_TEST_DATABASE_URL"];
+
+impl Config {
+    /// Reads `file` (if any), then the environment, then validates.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, String> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+                text.parse::<Table>().map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => Table::new(),
+        };
+        for (name, value) in env {
+            if let Some(path) = setting_path(&name) {
+                set(&mut table, &path, value)?;
+            }
+        }
+        let config: Config = serde_path_to_error::deserialize(Value::Table(table))
+            .map_err(|e| format!("configuration: {}: {}", e.path(), e.inner().message()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let section = |name: &str, r: Result<(), String>| r.map_err(|e| format!("[{name}] {e}"));
+        section("api", self.api.validate())?;
+        section("folding", self.folding.validate())?;
+        section("supervisor", self.supervisor.validate())?;
+        if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
+            section("auth", self.auth.validate())?;
+        }
+        if self.auth_mode == AuthMode::None && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "auth_mode = \"none\" is only allowed on a loopback address, not {}",
+                self.listen
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err("[database] max_connections must be at least 1".into());
+        }
+        foldgate_store::Backend::of_url(&self.database_url).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Whether a JWT key source is configured.
+    pub fn has_key_source(&self) -> bool {
+        self.auth.jwt_secret.is_some()
+            || self.auth.jwks_url.is_some()
+            || self.auth.public_key_file.is_some()
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_secs(self.database.acquire_timeout_seconds)
+    }
+}
+
+/// The setting an environment variable sets, if any.
+fn setting_path(name: &str) -> Option<Vec<String>> {
+    if let Some((_, path)) = ENV_ALIASES.iter().find(|(n, _)| *n == name) {
+        return Some(path.iter().map(|s| (*s).to_owned()).collect());
+    }
+    if NOT_SETTINGS.contains(&name) {
+        return None;
+    }
+    let rest = name.strip_prefix("FOLDGATE_")?;
+    Some(rest.split("__").map(str::to_ascii_lowercase).collect())
+}
+
+fn set(table: &mut Table, path: &[String], raw: String) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else {
+        return Ok(());
+    };
+    let mut current = table;
+    for key in parents {
+        let entry = current.entry(key.clone()).or_insert_with(|| Value::Table(Table::new()));
+        current = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("setting {} is not a section", path.join(".")))?;
+    }
+    current.insert(last.clone(), env_value(path, raw));
+    Ok(())
+}
+
+/// Interprets an environment value: a list, a number, a boolean, or text.
+fn env_value(path: &[String], raw: String) -> Value {
+    let is = |list: &[&[&str]]| {
+        list.iter().any(|p| p.iter().copied().eq(path.iter().map(String::as_str)))
+    };
+    if is(LIST_SETTINGS) {
+        return Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_owned()))
+                .collect(),
+        );
+    }
+    if is(STRING_SETTINGS) {
+        return Value::String(raw);
+    }
+    if let Ok(i) = raw.parse::<i64>() {
+        return Value::Integer(i);
+    }
+    if let Ok(f) = raw.parse::<f64>() {
+        return Value::Float(f);
+    }
+    match raw.as_str() {
+        "true" => Value::Boolean(true),
+        "false" => Value::Boolean(false),
+        _ => Value::String(raw),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_need_nothing() {
+        let c = Config::load(None, env(&[])).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.database_url, "sqlite://foldgate.db");
+    }
+
+    #[test]
+    fn environment_overrides_file_and_documented_names_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("foldgate.toml");
+        std::fs::write(
+            &path,
+            "listen = \"0.0.0.0:8000\"\n[folding]\nmax_depth = 5\n[folding.limits]\nmax_active_per_tenant = 7\n",
+        )
+        .unwrap();
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                ("FOLDGATE_FOLDING__MAX_DEPTH", "4"),
+                ("DATABASE_URL", "postgres://db/foldgate"),
+                ("FOLDGATE_JWT_SECRET", "0123456789"),
+                ("FOLDGATE_ALLOWED_HOSTS", "a.example, b.example"),
+                ("FOLDGATE_API__RATE_LIMIT__BURST", "3"),
+                ("FOLDGATE_CONFIG", "/ignored"),
+                ("HOME", "/root"),
+            ]),
+        );
+        let c = match c {
+            Ok(c) => c,
+            // A 10-byte secret is refused by the auth checks: that is a
+            // validation message, which is the point of this case too.
+            Err(e) => {
+                assert!(e.contains("[auth]"), "{e}");
+                Config::load(
+                    Some(&path),
+                    env(&[
+                        ("FOLDGATE_FOLDING__MAX_DEPTH", "4"),
+                        ("DATABASE_URL", "postgres://db/foldgate"),
+                        ("FOLDGATE_JWT_SECRET", &"k".repeat(40)),
+                        ("FOLDGATE_ALLOWED_HOSTS", "a.example, b.example"),
+                        ("FOLDGATE_API__RATE_LIMIT__BURST", "3"),
+                    ]),
+                )
+                .unwrap()
+            }
+        };
+        assert_eq!(c.listen.to_string(), "0.0.0.0:8000", "from the file");
+        assert_eq!(c.folding.max_depth, 4, "the environment wins");
+        assert_eq!(c.folding.limits.max_active_per_tenant, 7);
+        assert_eq!(c.database_url, "postgres://db/foldgate");
+        assert_eq!(c.api.allowed_hosts, vec!["a.example", "b.example"]);
+        assert_eq!(c.api.rate_limit.burst, 3);
+        assert!(c.auth.jwt_secret.is_some());
+    }
+
+    #[test]
+    fn mistakes_are_reported_clearly() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("FOLDGATE_FOLDING__MAX_DEPTH", "0")], "max_depth"),
+            (&[("FOLDGATE_FOLDING__MAX_DEPTH", "deep")], "max_depth"),
+            (&[("FOLDGATE_NO_SUCH_SETTING", "1")], "no_such_setting"),
+            (&[("FOLDGATE_LISTEN", "nowhere")], "listen"),
+            (&[("DATABASE_URL", "mysql://x")], "unsupported database URL"),
+            (&[("FOLDGATE_AUTH_MODE", "none"), ("FOLDGATE_LISTEN", "0.0.0.0:8080")], "loopback"),
+        ];
+        for (vars, expected) in cases {
+            let err = Config::load(None, env(vars)).unwrap_err();
+            assert!(err.contains(expected), "{vars:?}: {err}");
+        }
+    }
+}

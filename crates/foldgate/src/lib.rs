@@ -1,0 +1,6 @@
+//! The `foldgate` gateway process: configuration, startup and shutdown.
+//! `main.rs` only parses the command line and calls into here, so tests
+//! start the same gateway on `127.0.0.1:0`.
+
+pub mod config;
+pub mod serve;

@@ -1,0 +1,188 @@
+//! `foldgate serve`: wires the store, the engine, the supervisor and the
+//! HTTP application together, and takes them down in order.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use foldgate_api::{
+    Gateway,
+    auth::{self, AuthState, Authenticator, Secret},
+};
+use foldgate_engine::{
+    FoldingService, SystemClock, TokenCounter, scrubber_from_config, supervisor::Supervisor,
+};
+use foldgate_store::{Backend, ConnectOptions, redact_url};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AuthMode, Config};
+use foldgate_domain::{Subject, TenantId};
+
+/// What the zero-configuration mode prints: a token for trying the gateway.
+#[derive(Debug, Clone)]
+pub struct DevToken {
+    pub token: String,
+    /// The generated signing secret, to mint more with `foldgate token`.
+    pub secret: String,
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Running {
+    /// The MCP endpoint's URL.
+    pub mcp_url: String,
+    pub addr: SocketAddr,
+    pub ops_addr: SocketAddr,
+    /// Set when no key was configured and one was generated.
+    pub dev_token: Option<DevToken>,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Asks the gateway to stop (as SIGTERM does) and waits until it has.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await.context("the gateway task failed")?
+    }
+
+    /// Waits until the gateway stops (after `shutdown` is cancelled).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("the gateway task failed")?
+    }
+
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+/// Development tokens live this long.
+const DEV_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Starts the gateway on the given listeners.
+pub async fn start(
+    mut config: Config,
+    listener: TcpListener,
+    ops_listener: TcpListener,
+) -> anyhow::Result<Running> {
+    let addr = listener.local_addr()?;
+    let ops_addr = ops_listener.local_addr()?;
+    let mcp_url = config.api.public_url.clone().unwrap_or_else(|| format!("http://{addr}/mcp"));
+
+    // The embedded database belongs to this process alone: keep its schema
+    // current. Postgres is migrated by `foldgate migrate` (or `--migrate`).
+    let backend = Backend::of_url(&config.database_url)?;
+    let migrate = config.migrate || backend == Backend::Sqlite;
+    let shown = redact_url(&config.database_url);
+    let options = ConnectOptions {
+        url: config.database_url.clone(),
+        max_connections: config.database.max_connections,
+        acquire_timeout: config.acquire_timeout(),
+    };
+    let store = foldgate_store::connect(&options, migrate)
+        .await
+        .with_context(|| format!("connecting to {shown}"))?;
+    store.ready().await.with_context(|| format!("checking {shown}"))?;
+
+    let tokens = TokenCounter::new(config.folding.encoding).map_err(anyhow::Error::msg)?;
+    let scrubber = scrubber_from_config(&config.scrub).context("loading secret-scrubbing rules")?;
+    let service = Arc::new(FoldingService::new(
+        Arc::clone(&store),
+        tokens,
+        scrubber,
+        Arc::new(SystemClock),
+        config.folding.clone(),
+    ));
+
+    let metadata_url = auth::resource_metadata_url(&mcp_url).map_err(anyhow::Error::msg)?;
+    let mut dev_token = None;
+    let auth_state = match config.auth_mode {
+        AuthMode::None => AuthState::new(auth::AuthMode::None, metadata_url.clone()),
+        AuthMode::Jwt => {
+            if !config.has_key_source() {
+                let secret = generated_secret();
+                config.auth.jwt_secret = Some(Secret::new(secret.clone()));
+                let token = auth::mint_hs256(
+                    &Secret::new(secret.clone()),
+                    &TenantId::parse("dev")?,
+                    &Subject::parse("developer")?,
+                    [auth::SCOPE_READ, auth::SCOPE_WRITE],
+                    DEV_TOKEN_TTL,
+                    config.auth.issuer.as_deref(),
+                    Some(config.auth.audience.as_deref().unwrap_or(&mcp_url)),
+                )?;
+                dev_token = Some(DevToken { token, secret });
+            }
+            if config.auth.audience.is_none() {
+                config.auth.audience = Some(mcp_url.clone());
+            }
+            let authenticator =
+                Authenticator::new(&config.auth).await.context("setting up authentication")?;
+            AuthState::new(auth::AuthMode::Jwt(authenticator), metadata_url.clone())
+        }
+    };
+
+    let supervisor = Supervisor::spawn(Arc::clone(&service), config.supervisor.clone());
+    let supervisor = Arc::new(tokio::sync::Mutex::new(Some(supervisor)));
+    let liveness = {
+        let supervisor = Arc::clone(&supervisor);
+        Arc::new(move || {
+            supervisor
+                .try_lock()
+                .map(|s| s.as_ref().is_some_and(Supervisor::is_running))
+                .unwrap_or(true)
+        })
+    };
+
+    let shutdown = CancellationToken::new();
+    let app = foldgate_api::router(Gateway {
+        service,
+        auth: auth_state,
+        config: config.api.clone(),
+        mcp_url: mcp_url.clone(),
+        issuer: config.auth.issuer.clone(),
+        background_ok: liveness,
+        shutdown: shutdown.clone(),
+    })
+    .map_err(anyhow::Error::msg)?;
+    let ops_app = foldgate_api::ops_router(Arc::clone(&store));
+
+    let grace = config.api.shutdown_grace;
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let mcp = axum::serve(listener, app.into_make_service())
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+            let ops = axum::serve(ops_listener, ops_app.into_make_service())
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+            let servers = async { tokio::try_join!(mcp.into_future(), ops.into_future()) };
+            tokio::pin!(servers);
+            let served = tokio::select! {
+                r = &mut servers => r.map(|_| ()),
+                () = shutdown.cancelled() => {
+                    // Stop accepting; give in-flight requests `grace` to finish.
+                    match tokio::time::timeout(grace, &mut servers).await {
+                        Ok(r) => r.map(|_| ()),
+                        Err(_) => {
+                            tracing::warn!(?grace, "in-flight requests did not finish in time");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Some(supervisor) = supervisor.lock().await.take() {
+                supervisor.shutdown().await;
+            }
+            store.close().await;
+            tracing::info!("stopped");
+            served.context("serving HTTP")
+        }
+    });
+    tracing::info!(%mcp_url, ops = %ops_addr, database = %shown, "foldgate is serving");
+    Ok(Running { mcp_url, addr, ops_addr, dev_token, shutdown, task })
+}
+
+/// A random signing secret for development mode.
+fn generated_secret() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
