@@ -58,6 +58,7 @@ impl KeyExtractor for PrincipalKey {
 /// bounded by the active ones.
 pub(crate) fn layer(
     config: RateLimitConfig,
+    shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<
     GovernorLayer<
         PrincipalKey,
@@ -78,7 +79,10 @@ pub(crate) fn layer(
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(Duration::from_secs(60));
         loop {
-            interval.tick().await;
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = interval.tick() => {}
+            }
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }

@@ -86,7 +86,7 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
         .layer(middleware::from_fn_with_state(config.max_body_bytes, guard::limit_body))
         .layer(middleware::from_fn_with_state(policy, guard::check_host_origin))
         .layer(middleware::from_fn_with_state(gateway.auth.clone(), auth::authenticate_request))
-        .layer(limit::layer(config.rate_limit)?)
+        .layer(limit::layer(config.rate_limit, gateway.shutdown.clone())?)
         .layer(middleware::from_fn_with_state(guard_state, guard::mcp_guard))
         .layer(middleware::from_fn(guard::limits_to_429));
 
