@@ -124,6 +124,9 @@ async fn main() -> anyhow::Result<()> {
             let ops_listener = tokio::net::TcpListener::bind(config.ops_listen)
                 .await
                 .with_context(|| format!("listening on {}", config.ops_listen))?;
+            // Installed before anything is announced, so that a SIGTERM sent
+            // as soon as the gateway is up stops it gracefully.
+            let signals = shutdown_signal()?;
             let running = serve::start(config, listener, ops_listener).await?;
             println!("foldgate is serving MCP at {}", running.mcp_url);
             if let Some(dev) = &running.dev_token {
@@ -137,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let shutdown = running.shutdown_token();
             tokio::spawn(async move {
-                shutdown_signal().await;
+                signals.await;
                 tracing::info!("shutting down");
                 shutdown.cancel();
             });
@@ -190,23 +193,22 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGTERM or Ctrl-C. The handlers are registered when this is
+/// called, not when the future is first polled.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    #[cfg(unix)]
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing the SIGINT handler")?;
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

@@ -1,4 +1,4 @@
-//! `foldgate migrate` against real databases.
+//! The `foldgate` command as a process: `migrate` against real databases, and `serve` stopping on SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::process::Command;
@@ -48,4 +48,36 @@ fn reports_an_unreachable_database() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("migrating postgres://postgres@127.0.0.1:1/nothing"), "{stderr}");
+}
+
+#[test]
+fn serve_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(FOLDGATE)
+        .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("FOLDGATE_JWT_SECRET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("foldgate is serving MCP at http://127.0.0.1:"), "{first}");
+    assert!(dir.path().join("foldgate.db").exists(), "zero-config uses ./foldgate.db");
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(15), "did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
 }
