@@ -195,7 +195,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// Resolves on SIGTERM or Ctrl-C. The handlers are registered when this is
 /// called, not when the future is first polled.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
