@@ -64,39 +64,15 @@ impl PgStore {
         &self.pool
     }
 
-    /// Runs `op` in a transaction and commits it if `op` succeeded and
-    /// `keep` approves of the result (a refusal rolls back, writing
-    /// nothing). Postgres aborts a transaction to break a deadlock or a
-    /// serialisation conflict; then the whole transaction is run again.
-    async fn in_tx<R, F, Fut>(&self, keep: fn(&R) -> bool, mut op: F) -> Result<R, StoreError>
-    where
-        F: FnMut(PgTx) -> Fut + Send,
-        Fut: Future<Output = (PgTx, Result<R, StoreError>)> + Send,
-        R: Send,
-    {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (tx, result) = op(PgTx(self.pool.begin().await?)).await;
-            let result = match result {
-                Ok(value) if keep(&value) => {
-                    tx.0.commit().await.map(|()| value).map_err(StoreError::from)
-                }
-                Ok(value) => tx.0.rollback().await.map(|()| value).map_err(StoreError::from),
-                // Dropping the transaction rolls it back.
-                Err(e) => Err(e),
-            };
-            match result {
-                Err(StoreError::Database(e)) if attempt < CONFLICT_RETRIES && is_conflict(&e) => {
-                    tracing::debug!(attempt, "retrying a transaction after a conflict");
-                }
-                other => return other,
-            }
-        }
+    /// Opens a transaction (for the shared `in_tx`).
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin().await
     }
 }
 
-fn is_conflict(e: &sqlx::Error) -> bool {
+/// Postgres aborted the transaction to break a deadlock or a serialisation
+/// conflict: running it again succeeds.
+fn is_retryable(e: &sqlx::Error) -> bool {
     // 40001 serialization_failure, 40P01 deadlock_detected.
     e.as_database_error()
         .and_then(|d| d.code())

@@ -18,6 +18,53 @@ macro_rules! sql_backend {
         lock = $lock:literal,
         skip_locked = $skip_locked:literal $(,)?
     ) => {
+        impl $Store {
+            /// Runs `op` in a transaction and commits it if `op` succeeded
+            /// and `keep` approves of the result (a refusal rolls back,
+            /// writing nothing). A transaction the database aborted for a
+            /// retryable reason (see the backend's `is_retryable`) is run
+            /// again, up to `CONFLICT_RETRIES` times.
+            async fn in_tx<R, F, Fut>(
+                &self,
+                keep: fn(&R) -> bool,
+                mut op: F,
+            ) -> Result<R, StoreError>
+            where
+                F: FnMut($Tx) -> Fut + Send,
+                Fut: Future<Output = ($Tx, Result<R, StoreError>)> + Send,
+                R: Send,
+            {
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let result = match self.begin().await {
+                        Ok(tx) => {
+                            let (tx, result) = op($Tx(tx)).await;
+                            match result {
+                                Ok(value) if keep(&value) => {
+                                    tx.0.commit().await.map(|()| value).map_err(StoreError::from)
+                                }
+                                Ok(value) => {
+                                    tx.0.rollback().await.map(|()| value).map_err(StoreError::from)
+                                }
+                                // Dropping the transaction rolls it back.
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Err(e) => Err(StoreError::from(e)),
+                    };
+                    match result {
+                        Err(StoreError::Database(e))
+                            if attempt < CONFLICT_RETRIES && is_retryable(&e) =>
+                        {
+                            tracing::debug!(attempt, "retrying a transaction");
+                        }
+                        other => return other,
+                    }
+                }
+            }
+        }
+
         /// A transaction, with the statements of [`Tx`].
                 pub(crate) struct $Tx(sqlx::Transaction<'static, $DB>);
 

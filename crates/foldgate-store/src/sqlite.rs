@@ -64,45 +64,15 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Runs `op` in a `BEGIN IMMEDIATE` transaction and commits it if `op`
-    /// succeeded and `keep` approves of the result (a refusal rolls back,
-    /// writing nothing).
-    async fn in_tx<R, F, Fut>(&self, keep: fn(&R) -> bool, mut op: F) -> Result<R, StoreError>
-    where
-        F: FnMut(SqliteTx) -> Fut + Send,
-        Fut: Future<Output = (SqliteTx, Result<R, StoreError>)> + Send,
-        R: Send,
-    {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let begun = self.pool.begin_with("BEGIN IMMEDIATE").await;
-            let result = match begun {
-                Ok(tx) => {
-                    let (tx, result) = op(SqliteTx(tx)).await;
-                    match result {
-                        Ok(value) if keep(&value) => {
-                            tx.0.commit().await.map(|()| value).map_err(StoreError::from)
-                        }
-                        Ok(value) => {
-                            tx.0.rollback().await.map(|()| value).map_err(StoreError::from)
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                Err(e) => Err(StoreError::from(e)),
-            };
-            match result {
-                Err(StoreError::Database(e)) if attempt < CONFLICT_RETRIES && is_busy(&e) => {
-                    tracing::debug!(attempt, "retrying a transaction: database is locked");
-                }
-                other => return other,
-            }
-        }
+    /// Opens a `BEGIN IMMEDIATE` transaction, which takes the write lock at
+    /// once (for the shared `in_tx`).
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
     }
 }
 
-fn is_busy(e: &sqlx::Error) -> bool {
+/// Another process held the database past the busy timeout.
+fn is_retryable(e: &sqlx::Error) -> bool {
     // SQLITE_BUSY (5) and its extended codes.
     e.as_database_error()
         .and_then(|d| d.code())
