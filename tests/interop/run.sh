@@ -7,7 +7,9 @@
 #      (npm @modelcontextprotocol/sdk);
 #   3. the official MCP conformance suite (npm @modelcontextprotocol/conformance) runs every
 #      server scenario not in tests/interop/conformance-baseline.txt, for spec versions
-#      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback.
+#      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback;
+#   4. federation: a FastMCP upstream (the Python SDK's MCPServer) declared in a config file is
+#      listed, called, metered and folded through foldgate by the Python SDK client.
 # Installs what it needs (a virtualenv under target/interop/venv, `npm ci` in tests/interop).
 # Prints `N passed, N failed` last and exits non-zero on any failure.
 set -euo pipefail
@@ -229,11 +231,45 @@ else
   fail "foldgate serve --auth none did not start"
 fi
 
+# --- 4. federation: a FastMCP upstream behind foldgate -------------------------------------
+log "federation: FastMCP upstream (Python SDK MCPServer) behind foldgate"
+read -r UP_PORT FED_PORT FED_OPS_PORT < <(free_ports 3)
+FED_DIR=$(mktemp -d)
+TMPDIRS+=("$FED_DIR")
+"$VENV/bin/python" "$INTEROP/fastmcp_upstream.py" --port "$UP_PORT" >"$FED_DIR/upstream.log" 2>&1 &
+PIDS+=($!)
+cat >"$FED_DIR/foldgate.toml" <<TOML
+[[upstreams]]
+name = "docs"
+url = "http://127.0.0.1:$UP_PORT/mcp"
+tenants = ["federation"]
+refresh_seconds = 1
+TOML
+FED_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+(cd "$FED_DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$FED_SECRET" "$FOLDGATE" serve \
+  --config "$FED_DIR/foldgate.toml" --listen "127.0.0.1:$FED_PORT" --ops-listen "127.0.0.1:$FED_OPS_PORT" \
+  >"$FED_DIR/stdout" 2>"$FED_DIR/stderr") &
+PIDS+=($!)
+FED_PID=$!
+if wait_for_line "$FED_DIR" "$FED_PID" '^foldgate is serving MCP at ' 60; then
+  FED_TOKEN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$FED_SECRET" FOLDGATE_LISTEN="127.0.0.1:$FED_PORT" \
+    "$FOLDGATE" token --tenant federation --sub py-agent --ttl 30m)
+  if (cd "$INTEROP" && timeout 180 "$VENV/bin/python" federation_client.py \
+    --url "http://127.0.0.1:$FED_PORT/mcp" --token "$FED_TOKEN" --direct "http://127.0.0.1:$UP_PORT/mcp"); then
+    pass "federation: FastMCP upstream listed, called, metered and folded through foldgate"
+  else
+    fail "federation: FastMCP upstream through foldgate"
+    tail -n 20 "$FED_DIR/upstream.log" || true
+  fi
+else
+  fail "foldgate serve with an upstream did not start"
+fi
+
 # --- summary --------------------------------------------------------------------------------
 if [ "$FAILED" -gt 0 ]; then
   log "failures"
   printf '  %s\n' "${FAILURES[@]}"
-  for dir in "$README_DIR" "$CONF_DIR"; do
+  for dir in "$README_DIR" "$CONF_DIR" "$FED_DIR"; do
     echo "--- foldgate's warnings and errors in $dir"
     grep -E '"level":"(WARN|ERROR)"' "$dir/stderr" 2>/dev/null | tail -n 20 || true
   done

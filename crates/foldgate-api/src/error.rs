@@ -8,18 +8,50 @@
 //!   with `isError: true` and `{"error": {"code", "message"}}`, which a model
 //!   can read and act on;
 //! - internal failures: JSON-RPC `-32603` with a correlation id, logged once
-//!   here; the cause never reaches the client.
+//!   here; the cause never reaches the client;
+//! - the database out of reach: JSON-RPC [`UNAVAILABLE`], turned into HTTP
+//!   503 with `Retry-After` by [`unavailable_to_503`], which also fails
+//!   requests at once until the database answers again ([`Outage`]).
 
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
 use foldgate_engine::FoldError;
+use foldgate_store::{Store, StoreError};
 use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, ErrorData};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
-use crate::args::{ArgError, FoldingTool};
+use crate::args::ArgError;
 
 /// JSON-RPC error code for a rate or concurrency limit (server-defined range).
 pub const RATE_LIMITED: i32 = -32029;
 /// JSON-RPC error code for a token without the scope a tool needs.
 pub const INSUFFICIENT_SCOPE: i32 = -32003;
+/// JSON-RPC error code for "temporarily unavailable, retry" (as for token
+/// keys that cannot be fetched): here, the database is out of reach.
+pub const UNAVAILABLE: i32 = -32004;
+/// What clients are told to wait before retrying, while the database is
+/// out of reach.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How often a gateway that lost its database checks whether it is back.
+const OUTAGE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// How an [`UNAVAILABLE`] error starts in a JSON-RPC response as rmcp
+/// writes it (compact, `code` first): a substring test spares parsing every
+/// response.
+const UNAVAILABLE_MARKER: &[u8] = b"\"error\":{\"code\":-32004,";
 
 pub(crate) fn invalid_argument(e: &ArgError) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), Some(json!({"field": e.field, "reason": e.reason})))
@@ -34,7 +66,7 @@ pub(crate) fn internal(what: &str) -> ErrorData {
 }
 
 /// The response to a tool call the engine refused or failed.
-pub(crate) fn tool_error(tool: FoldingTool, e: &FoldError) -> Result<CallToolResponse, ErrorData> {
+pub(crate) fn tool_error(tool: &str, e: &FoldError) -> Result<CallToolResponse, ErrorData> {
     match e {
         FoldError::RateLimited { limit, retry_after } => Err(ErrorData::new(
             ErrorCode(RATE_LIMITED),
@@ -49,9 +81,22 @@ pub(crate) fn tool_error(tool: FoldingTool, e: &FoldError) -> Result<CallToolRes
             field: invalid.field.to_owned(),
             reason: invalid.reason.clone(),
         })),
+        FoldError::Store(source) if database_unreachable(source) => {
+            let id = uuid::Uuid::new_v4();
+            tracing::warn!(correlation_id = %id, tool, error = %source,
+                source = ?std::error::Error::source(source), "the database is unreachable");
+            Err(ErrorData::new(
+                ErrorCode(UNAVAILABLE),
+                "the database is unavailable; retry shortly",
+                Some(json!({
+                    "correlation_id": id.to_string(),
+                    "retry_after": RETRY_AFTER.as_secs(),
+                })),
+            ))
+        }
         FoldError::Store(source) => {
             let id = uuid::Uuid::new_v4();
-            tracing::error!(correlation_id = %id, tool = tool.name(), error = %source,
+            tracing::error!(correlation_id = %id, tool, error = %source,
                 source = ?std::error::Error::source(source), "tool call failed");
             Err(ErrorData::internal_error(
                 "internal error",
@@ -62,5 +107,119 @@ pub(crate) fn tool_error(tool: FoldingTool, e: &FoldError) -> Result<CallToolRes
             "error": {"code": refusal.code().as_str(), "message": refusal.to_string()}
         }))
         .into()),
+    }
+}
+
+/// Whether a storage failure means the database cannot be reached (no
+/// connection within the pool's acquire timeout, a connection lost, the
+/// server shutting down or refusing connections) rather than that a
+/// statement failed.
+fn database_unreachable(e: &StoreError) -> bool {
+    let StoreError::Database(e) = e else { return false };
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // Class 08: connection exception; 57P0x: the server is shutting
+            // down or starting; 53300: too many connections.
+            code.starts_with("08") || code.starts_with("57P") || code == "53300"
+        }),
+        _ => false,
+    }
+}
+
+/// Whether the database is known to be out of reach. Tripped by a tool call
+/// that found it so; while tripped, requests are answered 503 at once
+/// instead of each waiting for the pool's acquire timeout, and a background
+/// check clears it as soon as the database answers again.
+#[derive(Debug)]
+pub struct Outage {
+    tripped: AtomicBool,
+    store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+}
+
+impl Outage {
+    pub fn new(store: Arc<dyn Store>, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self { tripped: AtomicBool::new(false), store, shutdown })
+    }
+
+    fn trip(self: &Arc<Self>) {
+        if self.tripped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!("the database is unreachable: failing requests until it answers");
+        let outage = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = outage.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(OUTAGE_CHECK_INTERVAL) => {}
+                }
+                if outage.store.ready().await.is_ok() {
+                    outage.tripped.store(false, Ordering::Release);
+                    tracing::info!("the database answers again");
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Answers 503 while the database is out of reach, and turns a tool's
+/// [`UNAVAILABLE`] error into HTTP 503 with `Retry-After`.
+pub(crate) async fn unavailable_to_503(
+    State(outage): State<Arc<Outage>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let retry_after = HeaderValue::from(RETRY_AFTER.as_secs());
+    if outage.tripped.load(Ordering::Acquire) {
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+            "code": UNAVAILABLE,
+            "message": "the database is unavailable; retry shortly",
+            "data": {"retry_after": RETRY_AFTER.as_secs()},
+        }});
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+                (header::RETRY_AFTER, retry_after),
+            ],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let (mut parts, bytes) = match crate::guard::json_ok_body(next.run(req).await).await {
+        Ok(buffered) => buffered,
+        Err(response) => return response,
+    };
+    if bytes.windows(UNAVAILABLE_MARKER.len()).any(|w| w == UNAVAILABLE_MARKER) {
+        outage.trip();
+        parts.status = StatusCode::SERVICE_UNAVAILABLE;
+        parts.headers.insert(header::RETRY_AFTER, retry_after);
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{JsonRpcError, RequestId, ServerJsonRpcMessage};
+
+    use super::*;
+
+    #[test]
+    fn the_marker_matches_what_rmcp_writes() {
+        let error = ErrorData::new(ErrorCode(UNAVAILABLE), "down", Some(json!({"retry_after": 1})));
+        let message =
+            ServerJsonRpcMessage::Error(JsonRpcError::new(Some(RequestId::Number(7)), error));
+        let written = serde_json::to_vec(&message).unwrap_or_default();
+        assert!(
+            written.windows(UNAVAILABLE_MARKER.len()).any(|w| w == UNAVAILABLE_MARKER),
+            "{}",
+            String::from_utf8_lossy(&written)
+        );
     }
 }

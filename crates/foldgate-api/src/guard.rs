@@ -18,6 +18,8 @@ use crate::{
     args::{self, FoldingTool},
     auth::Authenticated,
     error::RATE_LIMITED,
+    proxy,
+    upstream::{Lookup, Upstreams},
 };
 
 /// A JSON-RPC error response with an HTTP status.
@@ -136,6 +138,7 @@ pub(crate) async fn check_host_origin(
 #[derive(Debug, Clone)]
 pub(crate) struct GuardState {
     pub folding: Arc<FoldingConfig>,
+    pub upstreams: Arc<Upstreams>,
     /// Where the protected-resource metadata lives, for 403 challenges.
     pub resource_metadata: Arc<str>,
 }
@@ -234,17 +237,6 @@ fn check_members(
             Some(json!({"field": "name"})),
         )));
     };
-    let Some(tool) = FoldingTool::from_name(name) else {
-        return Ok(());
-    };
-    if let Some(who) = parts.extensions.get::<Authenticated>()
-        && !who.has_scope(tool.scope())
-    {
-        return Err(Box::new(crate::auth::insufficient_scope_response(
-            tool.scope(),
-            &state.resource_metadata,
-        )));
-    }
     let arguments = match params.and_then(|p| p.get("arguments")) {
         None | Some(Value::Null) => None,
         Some(Value::Object(map)) => Some(map),
@@ -258,6 +250,27 @@ fn check_members(
             )));
         }
     };
+    let bad_argument = |field: &str, reason: &str| {
+        Box::new(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32602,
+            &format!("invalid argument `{field}`: {reason}"),
+            Some(json!({"field": field, "reason": reason})),
+        ))
+    };
+    let who = parts.extensions.get::<Authenticated>();
+    let Some(tool) = FoldingTool::from_name(name) else {
+        return check_upstream_call(state, who, name, params, arguments, parts, &bad_argument);
+    };
+    if let Some(who) = who
+        && !who.has_scope(tool.scope())
+    {
+        return Err(Box::new(crate::auth::insufficient_scope_response(
+            tool.scope(),
+            &state.resource_metadata,
+        )));
+    }
     args::parse(tool, arguments, &state.folding).map(|_| ()).map_err(|e| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -269,21 +282,65 @@ fn check_members(
     })
 }
 
-/// Turns a JSON-RPC rate-limit error from a tool into HTTP 429 with
-/// `Retry-After`, so that HTTP clients and proxies see it as one.
-pub(crate) async fn limits_to_429(req: Request, next: Next) -> Response {
-    let response = next.run(req).await;
+/// Checks a call of an upstream tool: the tool exists for this principal,
+/// its token has the scope, the arguments match the tool's `inputSchema`,
+/// and a named branch is well-formed.
+fn check_upstream_call(
+    state: &GuardState,
+    who: Option<&Authenticated>,
+    name: &str,
+    params: Option<&serde_json::Map<String, Value>>,
+    arguments: Option<&serde_json::Map<String, Value>>,
+    parts: &http::request::Parts,
+    bad_argument: &dyn Fn(&str, &str) -> Box<Response>,
+) -> Result<(), Box<Response>> {
+    let Some(who) = who else {
+        return Ok(());
+    };
+    let tool = match state.upstreams.lookup(who, name) {
+        Lookup::Found(_, tool) => tool,
+        Lookup::MissingScope(scope) => {
+            return Err(Box::new(crate::auth::insufficient_scope_response(
+                &scope,
+                &state.resource_metadata,
+            )));
+        }
+        Lookup::Unknown => return Err(bad_argument("name", &format!("unknown tool {name:?}"))),
+    };
+    let meta = params.and_then(|p| p.get("_meta")).and_then(Value::as_object);
+    proxy::named_branch(meta, Some(&parts.headers))
+        .map_err(|e| bad_argument(&e.field, &e.reason))?;
+    tool.check_arguments(arguments).map_err(|m| bad_argument(&m.field, &m.reason))
+}
+
+/// A `200` JSON response, read into memory so that a layer can look at
+/// the JSON-RPC answer; any other response is handed back as it is.
+pub(crate) async fn json_ok_body(
+    response: Response,
+) -> Result<(http::response::Parts, Bytes), Response> {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if response.status() != StatusCode::OK || !is_json {
-        return response;
+        return Err(response);
     }
-    let (mut parts, body) = response.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "response body unreadable").into_response();
+    let (parts, body) = response.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(_) => {
+            Err((StatusCode::INTERNAL_SERVER_ERROR, "response body unreadable").into_response())
+        }
+    }
+}
+
+/// Turns a JSON-RPC rate-limit error from a tool into HTTP 429 with
+/// `Retry-After`, so that HTTP clients and proxies see it as one.
+pub(crate) async fn limits_to_429(req: Request, next: Next) -> Response {
+    let (mut parts, bytes) = match json_ok_body(next.run(req).await).await {
+        Ok(buffered) => buffered,
+        Err(response) => return response,
     };
     let retry_after = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
         let error = v.get("error")?;

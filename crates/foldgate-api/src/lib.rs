@@ -2,9 +2,11 @@
 //!
 //! The router stacks, in order: request id and trace span, body limit
 //! (413), Host and Origin allow-lists (403), JWT authentication (401/403),
-//! a per-principal rate limit (429), and the MCP guard that parses JSON-RPC
-//! and validates folding tool arguments (400) before rmcp's Streamable HTTP
-//! service hands the call to [`tools::FoldingTools`].
+//! a per-principal rate limit (429), the span and duration metric of each
+//! MCP operation, and the MCP guard that parses JSON-RPC and validates tool
+//! arguments (400) before rmcp's Streamable HTTP service hands the call to
+//! [`tools::FoldingTools`]: a folding tool, or an upstream's tool forwarded
+//! and metered by [`proxy`].
 
 pub mod args;
 pub mod auth;
@@ -12,8 +14,12 @@ mod config;
 pub mod error;
 mod guard;
 mod limit;
+pub mod metrics;
+mod observe;
+pub mod proxy;
 mod router;
 pub mod tools;
+pub mod upstream;
 
 pub use config::ApiConfig;
 pub use guard::HostOriginPolicy;

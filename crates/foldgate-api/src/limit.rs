@@ -7,6 +7,7 @@ use axum::{
     body::Body,
     http::{HeaderValue, Request, Response, StatusCode, header},
 };
+use opentelemetry::{KeyValue, metrics::Counter};
 use serde::Deserialize;
 use tower_governor::{
     GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
@@ -55,10 +56,11 @@ impl KeyExtractor for PrincipalKey {
 }
 
 /// The layer, and a task that forgets idle principals so memory stays
-/// bounded by the active ones.
+/// bounded by the active ones. Refusals are counted in `rejections`.
 pub(crate) fn layer(
     config: RateLimitConfig,
     shutdown: tokio_util::sync::CancellationToken,
+    rejections: Counter<u64>,
 ) -> Result<
     GovernorLayer<
         PrincipalKey,
@@ -87,7 +89,12 @@ pub(crate) fn layer(
             limiter.shrink_to_fit();
         }
     });
-    Ok(GovernorLayer::new(governor).error_handler(too_many))
+    Ok(GovernorLayer::new(governor).error_handler(move |error| {
+        if matches!(error, GovernorError::TooManyRequests { .. }) {
+            rejections.add(1, &[KeyValue::new("reason", "request_rate")]);
+        }
+        too_many(error)
+    }))
 }
 
 fn too_many(error: GovernorError) -> Response<Body> {

@@ -4,13 +4,14 @@ use std::{sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
-    extract::State,
+    extract::{MatchedPath, State},
     http::{HeaderName, StatusCode},
     middleware,
     response::{IntoResponse, Response},
     routing::get,
 };
 use foldgate_engine::FoldingService;
+use foldgate_telemetry::Prometheus;
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
 };
@@ -22,19 +23,26 @@ use tower_http::{
     timeout::TimeoutLayer,
     trace::TraceLayer,
 };
+use tracing::Span;
 
 use crate::{
     ApiConfig,
     auth::{self, AuthState},
+    error,
     guard::{self, GuardState, HostOriginPolicy},
     limit,
+    metrics::{self, ApiMetrics},
+    observe::{self, ObserveState},
     tools::FoldingTools,
+    upstream::Upstreams,
 };
 
 /// Everything the HTTP application needs.
 #[derive(Clone)]
 pub struct Gateway {
     pub service: Arc<FoldingService>,
+    /// The upstream MCP servers fronted (none by default).
+    pub upstreams: Arc<Upstreams>,
     pub auth: AuthState,
     pub config: ApiConfig,
     /// The canonical MCP URL (`public_url`, or derived from the listener).
@@ -45,6 +53,8 @@ pub struct Gateway {
     pub background_ok: Arc<dyn Fn() -> bool + Send + Sync>,
     /// Cancelled on shutdown: open MCP streams end.
     pub shutdown: CancellationToken,
+    /// Where the HTTP layers and the MCP handlers record metrics.
+    pub metrics: ApiMetrics,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -58,7 +68,7 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
     let config = &gateway.config;
     let metadata_url: Arc<str> = gateway.auth.resource_metadata_url().into();
 
-    let tools = FoldingTools::new(Arc::clone(&gateway.service));
+    let tools = FoldingTools::new(Arc::clone(&gateway.service), Arc::clone(&gateway.upstreams));
     let mcp = StreamableHttpService::new(
         move || Ok(tools.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -79,16 +89,33 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
     });
     let guard_state = GuardState {
         folding: Arc::new(gateway.service.config().clone()),
+        upstreams: Arc::clone(&gateway.upstreams),
         resource_metadata: Arc::clone(&metadata_url),
+    };
+    let observe_state = ObserveState {
+        metrics: gateway.metrics.mcp.clone(),
+        upstreams: Arc::clone(&gateway.upstreams),
     };
     // Outermost first.
     let mcp_layers = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(config.max_body_bytes, guard::limit_body))
         .layer(middleware::from_fn_with_state(policy, guard::check_host_origin))
-        .layer(middleware::from_fn_with_state(gateway.auth.clone(), auth::authenticate_request))
-        .layer(limit::layer(config.rate_limit, gateway.shutdown.clone())?)
+        .layer(middleware::from_fn_with_state(
+            gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
+            auth::authenticate_request,
+        ))
+        .layer(limit::layer(
+            config.rate_limit,
+            gateway.shutdown.clone(),
+            gateway.metrics.rate_limited.clone(),
+        )?)
+        .layer(middleware::from_fn_with_state(observe_state, observe::observe_mcp))
         .layer(middleware::from_fn_with_state(guard_state, guard::mcp_guard))
-        .layer(middleware::from_fn(guard::limits_to_429));
+        .layer(middleware::from_fn(guard::limits_to_429))
+        .layer(middleware::from_fn_with_state(
+            error::Outage::new(Arc::clone(gateway.service.store()), gateway.shutdown.clone()),
+            error::unavailable_to_503,
+        ));
 
     let metadata =
         auth::ProtectedResourceMetadata::new(&gateway.mcp_url, gateway.issuer.as_deref());
@@ -108,19 +135,53 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(
-                    |req: &http::Request<axum::body::Body>| {
-                        let id = req
-                            .headers()
-                            .get("x-request-id")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default();
-                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = id)
-                    },
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(record_response),
+                )
+                .layer(middleware::from_fn_with_state(
+                    gateway.metrics.http.clone(),
+                    metrics::record_http,
                 ))
                 .layer(PropagateRequestIdLayer::new(request_id))
-                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, config.request_timeout)),
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    config.request_timeout,
+                )),
         ))
+}
+
+/// The span of one HTTP request, named and attributed as the HTTP semantic
+/// conventions say (`POST /mcp`), continuing the caller's trace if it sent
+/// a `traceparent`.
+fn request_span(req: &http::Request<axum::body::Body>) -> Span {
+    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let method = req.method().as_str();
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %route.map_or_else(|| method.to_owned(), |r| format!("{method} {r}")),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = route,
+        url.path = req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+        request_id = id,
+    );
+    foldgate_telemetry::set_remote_parent(&span, req.headers());
+    span
+}
+
+/// Records the status on the request span; a server error marks it failed.
+fn record_response(response: &http::Response<axum::body::Body>, latency: Duration, span: &Span) {
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    tracing::debug!(status = status.as_u16(), latency_ms = latency.as_millis(), "response");
 }
 
 /// Loopback names, what the operator listed, and the public URL's host.
@@ -154,20 +215,46 @@ async fn readyz(State(gateway): State<Gateway>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// The operations listener's application: health probes on a port that is
-/// never exposed with the MCP port.
-pub fn ops_router(store: Arc<dyn foldgate_store::Store>) -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" })).route(
-        "/readyz",
-        get(move || {
-            let store = Arc::clone(&store);
-            async move {
-                match tokio::time::timeout(Duration::from_secs(2), store.ready()).await {
-                    Ok(Ok(())) => (StatusCode::OK, "ready").into_response(),
-                    Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
-                    Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database timeout").into_response(),
+/// The operations listener's application: health probes and the Prometheus
+/// `/metrics` endpoint, on a port that is never exposed with the MCP port.
+pub fn ops_router(store: Arc<dyn foldgate_store::Store>, prometheus: Prometheus) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(move || scrape(prometheus.clone())))
+        .route(
+            "/readyz",
+            get(move || {
+                let store = Arc::clone(&store);
+                async move {
+                    match tokio::time::timeout(Duration::from_secs(2), store.ready()).await {
+                        Ok(Ok(())) => (StatusCode::OK, "ready").into_response(),
+                        Ok(Err(e)) => {
+                            (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+                        }
+                        Err(_) => {
+                            (StatusCode::SERVICE_UNAVAILABLE, "database timeout").into_response()
+                        }
+                    }
                 }
-            }
-        }),
-    )
+            }),
+        )
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+async fn scrape(prometheus: Prometheus) -> Response {
+    // Collecting runs every observable gauge's callback: cheap, but not
+    // async work.
+    match tokio::task::spawn_blocking(move || prometheus.render()).await {
+        Ok(Ok(text)) => {
+            ([(http::header::CONTENT_TYPE, Prometheus::CONTENT_TYPE)], text).into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "rendering metrics failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "rendering metrics failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }

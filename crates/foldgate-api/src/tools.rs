@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 use crate::{
     args::{self, ArgError, FoldingTool, Parsed},
     auth::Authenticated,
-    error,
+    error, proxy,
+    upstream::{Lookup, Upstreams},
 };
 
 /// What the server tells a model about folding when it connects.
@@ -33,15 +34,17 @@ branch with a budget and a deadline, do the work inside it, then call branch_ret
 summary: only that summary comes back to the parent context. Branches nest up to depth 3; \
 branch_status shows where you are; session_end closes everything when the conversation ends.";
 
-/// The folding tools, served per request (stateless).
+/// The folding tools and the upstreams' tools, served per request
+/// (stateless).
 #[derive(Debug, Clone)]
 pub struct FoldingTools {
     service: Arc<FoldingService>,
+    upstreams: Arc<Upstreams>,
 }
 
 impl FoldingTools {
-    pub fn new(service: Arc<FoldingService>) -> Self {
-        Self { service }
+    pub fn new(service: Arc<FoldingService>, upstreams: Arc<Upstreams>) -> Self {
+        Self { service, upstreams }
     }
 
     async fn call(&self, who: &Principal, parsed: Parsed) -> Result<Value, FoldError> {
@@ -70,13 +73,20 @@ impl FoldingTools {
                     "branch_id": b.id,
                     "status": b.status.as_str(),
                     "tokens_used": b.ledger.used,
+                    "tokens_returned": returned.tokens_returned,
+                    "compression_ratio": (returned.compression_ratio() * 1000.0).round() / 1000.0,
                     "message": returned.message,
                     "redactions": returned.redactions,
                     "children_force_returned": returned.children_ended,
                 })
             }
             Parsed::Status(query) => match s.status(who, query).await? {
-                Some(branch) => branch_view(&branch),
+                Some(branch) => {
+                    let calls = s.call_summary(who, branch.id).await?;
+                    let mut view = branch_view(&branch);
+                    view["calls"] = calls_view(&calls);
+                    view
+                }
                 None => json!({"branch_id": null, "status": "No active branch found"}),
             },
             Parsed::End(session) => {
@@ -108,6 +118,24 @@ fn branch_view(b: &Branch) -> Value {
         "created_at": b.created_at,
         "deadline_at": b.deadline_at,
         "completed_at": b.completed_at,
+    })
+}
+
+/// The `calls` member of `branch_status`: the branch's upstream calls.
+fn calls_view(c: &foldgate_engine::CallSummary) -> Value {
+    json!({
+        "count": c.calls,
+        "tokens_in": c.tokens_in,
+        "tokens_out": c.tokens_out,
+        "tokens_charged": c.tokens_charged,
+        "errors": c.errors,
+        "truncated": c.truncated,
+        "last_call_at": c.last_call_at,
+        "by_tool": c.by_tool.iter().map(|t| json!({
+            "tool": format!("{}{}{}", t.upstream, crate::upstream::NAMESPACE_SEPARATOR, t.tool),
+            "calls": t.calls,
+            "tokens": t.tokens,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -177,11 +205,15 @@ impl ServerHandler for FoldingTools {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        // What a principal may call can differ: never share the list.
-        Ok(ListToolsResult::with_all_items(FoldingTool::ALL.into_iter().map(tool).collect())
-            .with_cache_scope(CacheScope::Private))
+        let mut tools: Vec<Tool> = FoldingTool::ALL.into_iter().map(tool).collect();
+        if let Some(who) = principal_of(&context) {
+            tools.extend(self.upstreams.tools_for(&who));
+        }
+        // What a principal may call differs by tenant and scope: never
+        // share the list.
+        Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))
     }
 
     // Only tools are offered: the other listing methods answer "method not
@@ -223,15 +255,36 @@ impl ServerHandler for FoldingTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(tool) = FoldingTool::from_name(&request.name) else {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool {:?}", request.name),
-                Some(json!({"field": "name"})),
-            ));
-        };
         let Some(who) = principal_of(&context) else {
             // The auth layer runs before every request reaches here.
             return Err(error::internal("request without a principal"));
+        };
+        let Some(tool) = FoldingTool::from_name(&request.name) else {
+            return match self.upstreams.lookup(&who, &request.name) {
+                Lookup::Found(upstream, tool) => {
+                    let headers =
+                        context.extensions.get::<http::request::Parts>().map(|p| &p.headers);
+                    // rmcp hands the request's `_meta` over in the context.
+                    let meta = request.meta.as_ref().map_or(&context.meta.0.0, |m| &m.0.0);
+                    let call = proxy::UpstreamCall {
+                        upstream: &upstream,
+                        tool: &tool,
+                        request: &request,
+                        meta: Some(meta),
+                        headers,
+                    };
+                    proxy::call(&self.service, &who.principal, call).await
+                }
+                Lookup::MissingScope(scope) => Err(ErrorData::new(
+                    ErrorCode(error::INSUFFICIENT_SCOPE),
+                    format!("the token lacks the {scope} scope"),
+                    Some(json!({"scope": scope})),
+                )),
+                Lookup::Unknown => Err(ErrorData::invalid_params(
+                    format!("unknown tool {:?}", request.name),
+                    Some(json!({"field": "name"})),
+                )),
+            };
         };
         if !who.has_scope(tool.scope()) {
             return Err(ErrorData::new(
@@ -244,7 +297,7 @@ impl ServerHandler for FoldingTools {
             .map_err(|e: ArgError| error::invalid_argument(&e))?;
         let result = match self.call(&who.principal, parsed).await {
             Ok(value) => CallToolResult::structured(value),
-            Err(e) => return error::tool_error(tool, &e),
+            Err(e) => return error::tool_error(tool.name(), &e),
         };
         Ok(result.into())
     }

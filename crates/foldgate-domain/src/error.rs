@@ -36,6 +36,8 @@ pub enum ErrorCode {
     ScrubbingFailed,
     /// Concurrent changes to the same session kept winning; retry shortly.
     Busy,
+    /// An upstream MCP server could not be reached or did not answer.
+    UpstreamUnavailable,
     Internal,
 }
 
@@ -51,6 +53,7 @@ impl ErrorCode {
             Self::RateLimited => "rate_limited",
             Self::ScrubbingFailed => "scrubbing_failed",
             Self::Busy => "busy",
+            Self::UpstreamUnavailable => "upstream_unavailable",
             Self::Internal => "internal",
         }
     }

@@ -11,6 +11,7 @@
 mod clock;
 mod config;
 mod error;
+mod instrumented;
 mod metrics;
 mod scrub;
 mod service;
@@ -20,10 +21,14 @@ mod tokens;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
-pub use metrics::EngineMetrics;
-pub use scrub::{ScrubFailure, Scrubbed, Scrubber, default_scrubber, scrubber_from_config};
+pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
+pub use instrumented::InstrumentedStore;
+pub use metrics::{EngineMetrics, StoreGauges};
+pub use scrub::{
+    ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber, scrubber_from_config,
+};
 pub use service::{
-    Consumed, CreateBranch, Created, FoldingService, ReturnBranch, Returned, SessionEnded,
-    StatusQuery,
+    CallTarget, Consumed, CreateBranch, Created, FoldingService, MeteredCall, ReturnBranch,
+    Returned, SessionEnded, StatusQuery,
 };
 pub use tokens::{Encoding, TokenCounter};

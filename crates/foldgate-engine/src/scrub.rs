@@ -21,24 +21,44 @@ pub struct Scrubbed {
 #[error("scrubbing failed: {0}")]
 pub struct ScrubFailure(pub String);
 
+/// A JSON value with secrets replaced inside its strings; same shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrubbedValue {
+    pub value: serde_json::Value,
+    pub redactions: u64,
+    pub by_rule: Vec<(String, u64)>,
+}
+
 /// Removes secrets from text.
 pub trait Scrubber: Send + Sync + Debug {
     fn scrub(&self, text: &str) -> Result<Scrubbed, ScrubFailure>;
+
+    /// Removes secrets from every string of a JSON value (an upstream tool
+    /// result), keeping its shape.
+    fn scrub_json(&self, value: &serde_json::Value) -> Result<ScrubbedValue, ScrubFailure>;
+}
+
+fn counts(report: &foldgate_scrub::Report) -> (u64, Vec<(String, u64)>) {
+    let total = u64::try_from(report.total()).unwrap_or(u64::MAX);
+    let by_rule = report
+        .by_rule()
+        .map(|(rule, n)| (rule.to_owned(), u64::try_from(n).unwrap_or(u64::MAX)))
+        .collect();
+    (total, by_rule)
 }
 
 /// The gateway's scrubber: gitleaks-format rules (see `foldgate-scrub`).
 impl Scrubber for RuleSet {
     fn scrub(&self, text: &str) -> Result<Scrubbed, ScrubFailure> {
         let scrubbed = self.scrub_text(text).map_err(|e| ScrubFailure(e.to_string()))?;
-        Ok(Scrubbed {
-            text: scrubbed.text,
-            redactions: u64::try_from(scrubbed.report.total()).unwrap_or(u64::MAX),
-            by_rule: scrubbed
-                .report
-                .by_rule()
-                .map(|(rule, n)| (rule.to_owned(), u64::try_from(n).unwrap_or(u64::MAX)))
-                .collect(),
-        })
+        let (redactions, by_rule) = counts(&scrubbed.report);
+        Ok(Scrubbed { text: scrubbed.text, redactions, by_rule })
+    }
+
+    fn scrub_json(&self, value: &serde_json::Value) -> Result<ScrubbedValue, ScrubFailure> {
+        let scrubbed = RuleSet::scrub_json(self, value).map_err(|e| ScrubFailure(e.to_string()))?;
+        let (redactions, by_rule) = counts(&scrubbed.report);
+        Ok(ScrubbedValue { value: scrubbed.value, redactions, by_rule })
     }
 }
 

@@ -1,8 +1,11 @@
 //! The folding use cases.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicI64, Ordering},
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, Ordering},
+    },
 };
 
 use chrono::{DateTime, Utc};
@@ -11,7 +14,8 @@ use foldgate_domain::{
     Outcome, Principal, Prompt, SessionId, TenantId, TimeoutRequest, Tokens,
 };
 use foldgate_store::{
-    CreateRefusal, CreateRules, Finish, Finished, NewBranch, ParentChoice, Store,
+    CallRecord, CallSummary, CreateRefusal, CreateRules, Finish, Finished, NewBranch, OutsideUsage,
+    ParentChoice, Store,
 };
 use tokio::sync::Notify;
 
@@ -90,6 +94,41 @@ pub struct Returned {
     pub redactions: u64,
     /// Active descendants that were force-returned first, deepest first.
     pub children_ended: Vec<BranchId>,
+    /// Tokens of the message handed to the parent.
+    pub tokens_returned: Tokens,
+}
+
+impl Returned {
+    /// How much smaller the parent's share is than what the branch consumed:
+    /// `1 - tokens_returned / tokens_used` (0 when nothing was consumed).
+    pub fn compression_ratio(&self) -> f64 {
+        let used = self.branch.ledger.used;
+        if used == 0 {
+            return 0.0;
+        }
+        #[allow(clippy::cast_precision_loss)] // token counts are far below 2^52
+        let ratio = 1.0 - self.tokens_returned as f64 / used as f64;
+        ratio.max(0.0)
+    }
+}
+
+/// Where an upstream tool call is metered.
+#[derive(Debug, Clone)]
+pub enum CallTarget {
+    /// Inside this active branch.
+    Branch(Box<Branch>),
+    /// Outside any branch; counted for the session when there is one.
+    Outside(Option<SessionId>),
+}
+
+/// An upstream call charged to a branch.
+#[derive(Debug, Clone, Copy)]
+pub struct MeteredCall {
+    /// `None` if the branch had ended before the call finished (it was
+    /// recorded, but charged nothing).
+    pub consumption: Option<Consumption>,
+    /// The call used up the budget and the branch was force-returned.
+    pub forced_return: bool,
 }
 
 /// Tokens charged to a branch.
@@ -130,6 +169,8 @@ pub struct FoldingService {
     /// The reconciler's planned wake-up, in Unix milliseconds.
     planned_wake_ms: AtomicI64,
     metrics: EngineMetrics,
+    /// Upstream calls outside branches, added up until the next flush.
+    outside: Mutex<HashMap<(TenantId, Option<SessionId>), OutsideUsage>>,
 }
 
 impl FoldingService {
@@ -149,6 +190,7 @@ impl FoldingService {
             deadline_signal: Notify::new(),
             planned_wake_ms: AtomicI64::new(i64::MIN),
             metrics: EngineMetrics::noop(),
+            outside: Mutex::new(HashMap::new()),
         }
     }
 
@@ -156,6 +198,10 @@ impl FoldingService {
     pub fn with_metrics(mut self, metrics: EngineMetrics) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    pub(crate) fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
     }
 
     pub fn config(&self) -> &FoldingConfig {
@@ -174,8 +220,14 @@ impl FoldingService {
         &self.tokens
     }
 
+    pub fn scrubber(&self) -> &Arc<dyn Scrubber> {
+        &self.scrubber
+    }
+
     /// Opens a branch under the session's active branch (or the named
     /// parent), lending it its budget from the parent's pool.
+    #[tracing::instrument(name = "branch.create", skip_all,
+        fields(tenant = %who.tenant, session.id = %req.session_id, branch.id))]
     pub async fn create(&self, who: &Principal, req: CreateBranch) -> Result<Created, FoldError> {
         let now = self.clock.now();
         let deadline_at =
@@ -200,10 +252,16 @@ impl FoldingService {
                 limits: self.config.limits,
             },
         };
+        tracing::Span::current().record("branch.id", tracing::field::display(new.id));
         let branch = match self.store.create_branch(&who.tenant, new).await? {
             Ok(branch) => branch,
-            Err(refusal) => return Err(refusal_error(refusal)),
+            Err(refusal) => {
+                let error = refusal_error(refusal);
+                self.metrics.refused(&who.tenant, &error);
+                return Err(error);
+            }
         };
+        self.metrics.created(&branch);
         self.signal_deadline(branch.deadline_at);
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
@@ -214,12 +272,15 @@ impl FoldingService {
 
     /// Returns a branch: scrubs the message (failing closed), force-returns
     /// the branch's active descendants deepest first, then completes it.
+    #[tracing::instrument(name = "branch.return", skip_all,
+        fields(tenant = %who.tenant, branch.id = %req.branch_id, session.id))]
     pub async fn return_branch(
         &self,
         who: &Principal,
         req: ReturnBranch,
     ) -> Result<Returned, FoldError> {
         let branch = self.owned_branch(who, req.branch_id).await?;
+        tracing::Span::current().record("session.id", tracing::field::display(&branch.session_id));
         if branch.status != BranchStatus::Active {
             return Err(FoldError::BranchNotActive { status: branch.status });
         }
@@ -252,6 +313,7 @@ impl FoldingService {
         let (branch, children_ended) =
             self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
         self.metrics.redacted(&scrubbed.by_rule);
+        self.metrics.returned(&branch, result_tokens);
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
@@ -262,10 +324,12 @@ impl FoldingService {
             message: scrubbed.text,
             redactions: scrubbed.redactions,
             children_ended,
+            tokens_returned: result_tokens,
         })
     }
 
     /// A branch, or the session's active branch (`None` if it has none).
+    #[tracing::instrument(name = "branch.status", skip_all, fields(tenant = %who.tenant))]
     pub async fn status(
         &self,
         who: &Principal,
@@ -289,6 +353,8 @@ impl FoldingService {
     /// Charges tokens to a branch, as metered by the gateway. A charge that
     /// uses up the budget force-returns the branch (`timeout`,
     /// `budget_exhausted`).
+    #[tracing::instrument(name = "branch.consume", skip_all,
+        fields(tenant = %who.tenant, branch.id = %id, tokens = tokens))]
     pub async fn consume(
         &self,
         who: &Principal,
@@ -301,6 +367,7 @@ impl FoldingService {
             let status = self.owned_branch(who, id).await?.status;
             return Err(FoldError::BranchNotActive { status });
         };
+        self.metrics.consumed(&who.tenant, consumption.granted);
         if consumption.warning {
             tracing::warn!(
                 tenant = %who.tenant, branch_id = %id, used = consumption.ledger.used,
@@ -313,6 +380,117 @@ impl FoldingService {
                 self.force_return(&who.tenant, id, EndReason::BudgetExhausted).await?.is_some();
         }
         Ok(Consumed { consumption, forced_return })
+    }
+
+    /// Where an upstream call is metered: the branch the caller named
+    /// (which must be theirs and active), or else the active branch of the
+    /// caller's only open session; with no such branch, outside branches.
+    pub async fn call_target(
+        &self,
+        who: &Principal,
+        named: Option<BranchId>,
+    ) -> Result<CallTarget, FoldError> {
+        if let Some(id) = named {
+            let branch = self.owned_branch(who, id).await?;
+            if branch.status != BranchStatus::Active {
+                return Err(FoldError::BranchNotActive { status: branch.status });
+            }
+            return Ok(CallTarget::Branch(Box::new(branch)));
+        }
+        let mut open = self.store.open_sessions_of(&who.tenant, &who.subject, 2).await?;
+        if open.len() != 1 {
+            return Ok(CallTarget::Outside(None));
+        }
+        let Some(session) = open.pop() else {
+            return Ok(CallTarget::Outside(None));
+        };
+        Ok(match self.store.active_branch(&who.tenant, &session).await? {
+            Some(branch) => CallTarget::Branch(Box::new(branch)),
+            None => CallTarget::Outside(Some(session)),
+        })
+    }
+
+    /// Charges an upstream call (its arguments and its result, as counted by
+    /// the gateway) to a branch and records it in the branch's trace. A
+    /// charge that uses up the budget force-returns the branch (`timeout`,
+    /// `budget_exhausted`).
+    pub async fn meter_call(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        call: &CallRecord,
+    ) -> Result<MeteredCall, FoldError> {
+        let consumption = self.store.meter_call(tenant, id, call).await?;
+        let Some(consumption) = consumption else {
+            return Ok(MeteredCall { consumption: None, forced_return: false });
+        };
+        self.metrics.consumed(tenant, consumption.granted);
+        if consumption.warning {
+            tracing::warn!(
+                %tenant, branch_id = %id, used = consumption.ledger.used,
+                budget = consumption.ledger.budget, "branch has used 80% of its budget"
+            );
+        }
+        let forced_return = consumption.exhausted
+            && self.force_return(tenant, id, EndReason::BudgetExhausted).await?.is_some();
+        Ok(MeteredCall { consumption: Some(consumption), forced_return })
+    }
+
+    /// Counts an upstream call that belonged to no branch. Kept in memory
+    /// and written by [`FoldingService::flush_outside_usage`].
+    pub fn record_outside(
+        &self,
+        tenant: &TenantId,
+        session: Option<SessionId>,
+        usage: OutsideUsage,
+    ) {
+        let mut book = self.outside.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        book.entry((tenant.clone(), session)).or_default().add(usage);
+    }
+
+    /// Writes the usage outside branches counted since the last flush.
+    /// What cannot be written is kept for the next flush.
+    pub async fn flush_outside_usage(&self) -> Result<(), FoldError> {
+        let pending: Vec<_> = {
+            let mut book = self.outside.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            book.drain().collect()
+        };
+        let now = self.clock.now();
+        let mut failed = None;
+        for ((tenant, session), usage) in pending {
+            if failed.is_none() {
+                match self.store.add_outside_usage(&tenant, session.as_ref(), usage, now).await {
+                    Ok(()) => continue,
+                    Err(e) => failed = Some(e),
+                }
+            }
+            self.record_outside(&tenant, session, usage);
+        }
+        failed.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    /// Usage outside branches for a principal's session, as last flushed
+    /// plus what is still pending in this process.
+    pub async fn outside_usage(
+        &self,
+        who: &Principal,
+        session: &SessionId,
+    ) -> Result<OutsideUsage, FoldError> {
+        let mut usage = self.store.outside_usage(&who.tenant, Some(session)).await?;
+        let book = self.outside.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(pending) = book.get(&(who.tenant.clone(), Some(session.clone()))) {
+            usage.add(*pending);
+        }
+        Ok(usage)
+    }
+
+    /// What a branch's upstream calls add up to.
+    pub async fn call_summary(
+        &self,
+        who: &Principal,
+        id: BranchId,
+    ) -> Result<CallSummary, FoldError> {
+        Ok(self.store.call_summary(&who.tenant, id).await?)
     }
 
     /// Ends a session: force-returns every active branch deepest first,
@@ -331,6 +509,8 @@ impl FoldingService {
 
     /// Ends a session on behalf of the gateway. With `idle_since` (the idle
     /// reconciler), a session used again after that instant stays open.
+    #[tracing::instrument(name = "session.end", skip_all,
+        fields(tenant = %tenant, session.id = %session, idle = idle_since.is_some()))]
     pub async fn end_session_of(
         &self,
         tenant: &TenantId,
@@ -355,7 +535,9 @@ impl FoldingService {
             if tokio::time::Instant::now() >= give_up_at {
                 tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
                 let now = self.clock.now();
-                ended += self.store.fail_session_branches(tenant, session, now).await?;
+                let failed = self.store.fail_session_branches(tenant, session, now).await?;
+                self.metrics.bulk_failed(tenant, failed);
+                ended += failed;
                 bulk_failed = true;
                 break;
             }
@@ -377,6 +559,8 @@ impl FoldingService {
 
     /// Force-returns a branch and, first, its active descendants (deepest
     /// first, `parent_returning`). `None` if it had already ended.
+    #[tracing::instrument(name = "branch.force_return", skip_all,
+        fields(tenant = %tenant, branch.id = %id, reason = %reason))]
     pub async fn force_return(
         &self,
         tenant: &TenantId,
@@ -422,13 +606,19 @@ impl FoldingService {
                     result_tokens: 0,
                     at: self.clock.now(),
                 };
-                if let Finished::Done(_) = self.store.finish(tenant, child, child_finish).await? {
+                if let Finished::Done(ended) =
+                    self.store.finish(tenant, child, child_finish).await?
+                {
+                    self.metrics.ended(&ended);
                     children_ended.push(child);
                 }
             }
             let finish = Finish { at: self.clock.now(), ..finish.clone() };
             match self.store.finish(tenant, id, finish).await? {
-                Finished::Done(branch) => return Ok((*branch, children_ended)),
+                Finished::Done(branch) => {
+                    self.metrics.ended(&branch);
+                    return Ok((*branch, children_ended));
+                }
                 Finished::NotFound => return Err(FoldError::BranchNotFound),
                 Finished::NotActive(status) => return Err(FoldError::BranchNotActive { status }),
                 // A child was created after the cleanup: clean up again.

@@ -76,6 +76,9 @@ impl DeadlineReconciler {
                     self.service.force_return(&branch.tenant, branch.id, branch.reason).await?;
                 if let Some(fired) = fired {
                     let late = fired.completed_at.unwrap_or(now) - fired.deadline_at;
+                    if branch.reason == EndReason::DeadlineExceeded {
+                        self.service.metrics().deadline_fired(late.to_std().unwrap_or_default());
+                    }
                     tracing::debug!(branch_id = %fired.id, reason = %branch.reason,
                         late_ms = late.num_milliseconds(), "branch due, force-returned");
                     pass.fired.push((fired.id, branch.reason));

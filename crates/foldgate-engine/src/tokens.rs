@@ -46,6 +46,26 @@ impl TokenCounter {
         // Special-token text in agent input is counted as ordinary text.
         Tokens::try_from(self.bpe.encode_ordinary(text).len()).unwrap_or(Tokens::MAX)
     }
+
+    /// The longest prefix of `text` of at most `max` tokens, and its count.
+    /// The cut falls on a token boundary that is also a character boundary.
+    pub fn truncate(&self, text: &str, max: Tokens) -> (String, Tokens) {
+        let tokens = self.bpe.encode_ordinary(text);
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        if tokens.len() <= max {
+            return (text.to_owned(), Tokens::try_from(tokens.len()).unwrap_or(Tokens::MAX));
+        }
+        // A token can end inside a multi-byte character: back off until the
+        // prefix decodes.
+        let mut keep = max;
+        while keep > 0 {
+            if let Ok(prefix) = self.bpe.decode(&tokens[..keep]) {
+                return (prefix, Tokens::try_from(keep).unwrap_or(Tokens::MAX));
+            }
+            keep -= 1;
+        }
+        (String::new(), 0)
+    }
 }
 
 #[cfg(test)]
@@ -61,5 +81,24 @@ mod tests {
         assert_eq!(counter.count("<|endoftext|>"), counter.count("<|endoftext|>"));
         let cl = TokenCounter::new(Encoding::Cl100kBase).unwrap();
         assert_eq!(cl.count("hello world"), 2);
+    }
+
+    #[test]
+    fn truncates_at_a_token_and_character_boundary() {
+        let counter = TokenCounter::new(Encoding::O200kBase).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let (cut, n) = counter.truncate(&text, 10);
+        assert_eq!(n, 10);
+        assert_eq!(counter.count(&cut), 10);
+        assert!(text.starts_with(&cut));
+        let (all, n) = counter.truncate("short", 10);
+        assert_eq!((all.as_str(), n), ("short", 1));
+        // Multi-byte characters are never split.
+        let emoji = "🦀é漢字🦀".repeat(30);
+        for max in 0..20 {
+            let (cut, n) = counter.truncate(&emoji, max);
+            assert!(n <= max && emoji.starts_with(&cut), "{max}");
+            assert_eq!(counter.count(&cut), n);
+        }
     }
 }

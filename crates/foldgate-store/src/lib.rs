@@ -163,6 +163,89 @@ pub struct IdleSession {
     pub id: SessionId,
 }
 
+/// How an upstream tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallOutcome {
+    /// The upstream answered with a result.
+    Ok,
+    /// The upstream answered with a tool error (`isError`) or a JSON-RPC error.
+    ToolError,
+    /// The upstream could not be reached, timed out or answered garbage.
+    UpstreamError,
+    /// The result overran the branch's budget and was cut at it.
+    Truncated,
+    /// The call was not forwarded: its arguments alone used up the budget,
+    /// or its result could not be scrubbed.
+    Refused,
+}
+
+impl CallOutcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::UpstreamError => "upstream_error",
+            Self::Truncated => "truncated",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// An upstream tool call made inside a branch: one line of its trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRecord {
+    pub upstream: String,
+    pub tool: String,
+    /// Tokens of the arguments.
+    pub tokens_in: Tokens,
+    /// Tokens of the result as the agent received it.
+    pub tokens_out: Tokens,
+    pub duration: Duration,
+    pub outcome: CallOutcome,
+    pub at: DateTime<Utc>,
+}
+
+/// Calls of one upstream tool within a branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCalls {
+    pub upstream: String,
+    pub tool: String,
+    pub calls: u64,
+    /// Tokens charged for them.
+    pub tokens: Tokens,
+}
+
+/// What a branch's upstream calls add up to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallSummary {
+    pub calls: u64,
+    pub tokens_in: Tokens,
+    pub tokens_out: Tokens,
+    pub tokens_charged: Tokens,
+    /// Calls that ended in a tool error, an upstream error or a refusal.
+    pub errors: u64,
+    pub truncated: u64,
+    pub last_call_at: Option<DateTime<Utc>>,
+    /// Per tool, most charged first.
+    pub by_tool: Vec<ToolCalls>,
+}
+
+/// Upstream calls that belonged to no branch, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutsideUsage {
+    pub calls: u64,
+    pub tokens_in: Tokens,
+    pub tokens_out: Tokens,
+}
+
+impl OutsideUsage {
+    pub fn add(&mut self, other: Self) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.tokens_in = self.tokens_in.saturating_add(other.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(other.tokens_out);
+    }
+}
+
 /// The folding store. See the crate documentation for its guarantees.
 #[async_trait]
 pub trait Store: Send + Sync + Debug {
@@ -214,6 +297,49 @@ pub trait Store: Send + Sync + Debug {
         tokens: Tokens,
         at: DateTime<Utc>,
     ) -> Result<Option<Consumption>, StoreError>;
+
+    /// Charges an upstream call's tokens (in + out) to a branch as
+    /// [`Store::consume`] does, and records the call in the branch's trace,
+    /// in one transaction. The call is recorded even if the branch is no
+    /// longer active (then it is charged nothing and `None` is returned).
+    async fn meter_call(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        call: &CallRecord,
+    ) -> Result<Option<Consumption>, StoreError>;
+
+    /// What a branch's upstream calls add up to.
+    async fn call_summary(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+    ) -> Result<CallSummary, StoreError>;
+
+    /// Up to `limit` open sessions of a principal.
+    async fn open_sessions_of(
+        &self,
+        tenant: &TenantId,
+        owner: &Subject,
+        limit: u32,
+    ) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Adds to the usage outside branches of a tenant's session (`None`:
+    /// calls that could not be tied to one session).
+    async fn add_outside_usage(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+        usage: OutsideUsage,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The usage outside branches recorded for a tenant's session.
+    async fn outside_usage(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OutsideUsage, StoreError>;
 
     /// Ends an active branch that has no active children, and settles its
     /// pool with its parent's (the unspent part is refunded).
@@ -278,11 +404,29 @@ pub trait Store: Send + Sync + Debug {
     /// to know when to wake up.
     async fn next_deadline(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, StoreError>;
 
+    /// Active branches per tenant, from the counters the limits keep (one
+    /// row read per tenant that ever had a branch), for gauges.
+    async fn active_branches(&self) -> Result<Vec<(TenantId, u64)>, StoreError>;
+
+    /// The connection pool's current state, for gauges. Reads no database.
+    fn pool_usage(&self) -> PoolUsage;
+
     /// Whether the database answers and the schema is migrated.
     async fn ready(&self) -> Result<(), StoreError>;
 
     /// Closes the connection pool.
     async fn close(&self);
+}
+
+/// How busy a store's connection pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolUsage {
+    /// Open connections, idle or in use.
+    pub size: u32,
+    /// Open connections not in use.
+    pub idle: u32,
+    /// The most connections the pool opens.
+    pub max: u32,
 }
 
 /// Connection settings shared by both backends.

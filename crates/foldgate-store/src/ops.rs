@@ -18,7 +18,7 @@ use foldgate_domain::{
 use uuid::Uuid;
 
 use crate::{
-    CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
+    CallRecord, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
     record::{BranchRow, SessionRow, db_tokens, ledger},
     retry_after,
 };
@@ -130,6 +130,15 @@ pub(crate) trait Tx: Send {
         used: i64,
         warned_at: Option<DateTime<Utc>>,
         exhausted_at: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError>;
+
+    /// Appends an upstream call to a branch's trace.
+    async fn insert_call(
+        &mut self,
+        tenant: &TenantId,
+        branch: Uuid,
+        call: &CallRecord,
+        charged: Tokens,
     ) -> Result<(), StoreError>;
 
     async fn touch_session(
@@ -358,6 +367,22 @@ pub(crate) async fn consume<T: Tx>(
     // locked before the session's, so this keeps the lock order).
     tx.touch_session(tenant, &row.session_id, at).await?;
     Ok(Some(charge))
+}
+
+/// Charges an upstream call to a branch and records it in the branch's
+/// trace. A branch that is not active (anymore) is charged nothing, but the
+/// call is still recorded.
+pub(crate) async fn meter_call<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    id: BranchId,
+    call: &CallRecord,
+    at: DateTime<Utc>,
+) -> Result<Option<Consumption>, StoreError> {
+    let tokens = call.tokens_in.saturating_add(call.tokens_out);
+    let charge = consume(tx, tenant, id, tokens, at).await?;
+    tx.insert_call(tenant, id.as_uuid(), call, charge.map_or(0, |c| c.granted)).await?;
+    Ok(charge)
 }
 
 /// Fails every active branch of a session, deepest first, in one

@@ -379,6 +379,34 @@ macro_rules! sql_backend {
                 Ok(())
             }
 
+            async fn insert_call(
+                &mut self,
+                tenant: &TenantId,
+                branch: Uuid,
+                call: &CallRecord,
+                charged: Tokens,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO branch_calls (id, tenant_id, branch_id, upstream, tool, tokens_in, \
+                     tokens_out, tokens_charged, duration_ms, outcome, called_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(Uuid::now_v7())
+                .bind(tenant.as_str())
+                .bind(branch)
+                .bind(&call.upstream)
+                .bind(&call.tool)
+                .bind(db_tokens(call.tokens_in))
+                .bind(db_tokens(call.tokens_out))
+                .bind(db_tokens(charged))
+                .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
+                .bind(call.outcome.as_str())
+                .bind(Ts(call.at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
             async fn touch_session(
                 &mut self,
                 tenant: &TenantId,
@@ -570,6 +598,122 @@ macro_rules! sql_backend {
                 .await
             }
 
+            async fn meter_call(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                call: &CallRecord,
+            ) -> Result<Option<Consumption>, StoreError> {
+                self.in_tx(|_| true, |mut tx| async move {
+                    let result = ops::meter_call(&mut tx, tenant, id, call, call.at).await;
+                    (tx, result)
+                })
+                .await
+            }
+
+            async fn call_summary(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+            ) -> Result<CallSummary, StoreError> {
+                let rows: Vec<(String, String, i64, i64, i64, i64, i64, i64, Option<DateTime<Utc>>)> =
+                    sqlx::query_as(
+                        "SELECT upstream, tool, count(*), CAST(sum(tokens_in) AS BIGINT), CAST(sum(tokens_out) AS BIGINT), \
+                         CAST(sum(tokens_charged) AS BIGINT), \
+                         count(*) FILTER (WHERE outcome IN ('tool_error', 'upstream_error', 'refused')), \
+                         count(*) FILTER (WHERE outcome = 'truncated'), max(called_at) \
+                         FROM branch_calls WHERE tenant_id = $1 AND branch_id = $2 \
+                         GROUP BY upstream, tool ORDER BY sum(tokens_charged) DESC, upstream, tool",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(id.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut summary = CallSummary::default();
+                for (upstream, tool, calls, tin, tout, charged, errors, truncated, last) in rows {
+                    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                    summary.calls += n(calls);
+                    summary.tokens_in += n(tin);
+                    summary.tokens_out += n(tout);
+                    summary.tokens_charged += n(charged);
+                    summary.errors += n(errors);
+                    summary.truncated += n(truncated);
+                    summary.last_call_at = summary.last_call_at.max(last);
+                    summary.by_tool.push(ToolCalls { upstream, tool, calls: n(calls), tokens: n(charged) });
+                }
+                Ok(summary)
+            }
+
+            async fn open_sessions_of(
+                &self,
+                tenant: &TenantId,
+                owner: &Subject,
+                limit: u32,
+            ) -> Result<Vec<SessionId>, StoreError> {
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT session_id FROM sessions \
+                     WHERE tenant_id = $1 AND owner_sub = $2 AND status = 'open' \
+                     ORDER BY last_activity_at DESC LIMIT $3",
+                )
+                .bind(tenant.as_str())
+                .bind(owner.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                ids.iter()
+                    .map(|id| SessionId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string())))
+                    .collect()
+            }
+
+            async fn add_outside_usage(
+                &self,
+                tenant: &TenantId,
+                session: Option<&SessionId>,
+                usage: OutsideUsage,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO usage_outside_branches \
+                     (tenant_id, session_id, calls, tokens_in, tokens_out, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6) \
+                     ON CONFLICT (tenant_id, session_id) DO UPDATE SET \
+                     calls = usage_outside_branches.calls + excluded.calls, \
+                     tokens_in = usage_outside_branches.tokens_in + excluded.tokens_in, \
+                     tokens_out = usage_outside_branches.tokens_out + excluded.tokens_out, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(tenant.as_str())
+                .bind(session.map_or("", SessionId::as_str))
+                .bind(db_tokens(usage.calls))
+                .bind(db_tokens(usage.tokens_in))
+                .bind(db_tokens(usage.tokens_out))
+                .bind(Ts(at))
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn outside_usage(
+                &self,
+                tenant: &TenantId,
+                session: Option<&SessionId>,
+            ) -> Result<OutsideUsage, StoreError> {
+                let row: Option<(i64, i64, i64)> = sqlx::query_as(
+                    "SELECT calls, tokens_in, tokens_out FROM usage_outside_branches \
+                     WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(session.map_or("", SessionId::as_str))
+                .fetch_optional(&self.pool)
+                .await?;
+                let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                Ok(row.map_or_else(OutsideUsage::default, |(calls, tin, tout)| OutsideUsage {
+                    calls: n(calls),
+                    tokens_in: n(tin),
+                    tokens_out: n(tout),
+                }))
+            }
+
             async fn finish(
                 &self,
                 tenant: &TenantId,
@@ -690,6 +834,29 @@ macro_rules! sql_backend {
                 .bind(Ts(now))
                 .fetch_one(&self.pool)
                 .await?)
+            }
+
+            async fn active_branches(&self) -> Result<Vec<(TenantId, u64)>, StoreError> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "SELECT tenant_id, active_branches FROM tenant_usage ORDER BY tenant_id",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(tenant, active)| {
+                        let tenant = TenantId::parse(&tenant)
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        Ok((tenant, u64::try_from(active).unwrap_or(0)))
+                    })
+                    .collect()
+            }
+
+            fn pool_usage(&self) -> $crate::PoolUsage {
+                $crate::PoolUsage {
+                    size: self.pool.size(),
+                    idle: u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX),
+                    max: self.pool.options().get_max_connections(),
+                }
             }
 
             async fn ready(&self) -> Result<(), StoreError> {

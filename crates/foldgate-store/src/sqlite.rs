@@ -18,8 +18,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use crate::{
-    ConnectOptions, CreateRefusal, DueBranch, Finish, Finished, IdleSession, NewBranch, Store,
-    StoreError, check_migrated, due_branch, idle_session,
+    CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish, Finished,
+    IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated, due_branch,
+    idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,

@@ -158,6 +158,13 @@ impl Scrubber for FailingScrubber {
     fn scrub(&self, _text: &str) -> Result<Scrubbed, ScrubFailure> {
         Err(ScrubFailure("rule engine unavailable".into()))
     }
+
+    fn scrub_json(
+        &self,
+        _value: &serde_json::Value,
+    ) -> Result<foldgate_engine::ScrubbedValue, ScrubFailure> {
+        Err(ScrubFailure("rule engine unavailable".into()))
+    }
 }
 
 /// Builds a folding service over a store.

@@ -8,9 +8,14 @@
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
-use foldgate_api::{ApiConfig, auth::AuthConfig};
+use foldgate_api::{
+    ApiConfig,
+    auth::AuthConfig,
+    upstream::{UpstreamConfig, expand_env},
+};
 use foldgate_engine::{FoldingConfig, SupervisorConfig};
 use foldgate_scrub::ScrubConfig;
+use foldgate_telemetry::TelemetryConfig;
 use serde::Deserialize;
 use toml::{Table, Value};
 
@@ -48,7 +53,7 @@ impl Default for DatabaseConfig {
 pub struct Config {
     /// Address of the MCP listener.
     pub listen: SocketAddr,
-    /// Address of the operations listener (health probes).
+    /// Address of the operations listener (health probes, Prometheus `/metrics`).
     pub ops_listen: SocketAddr,
     /// `postgres://…` or `sqlite://PATH`.
     pub database_url: String,
@@ -61,6 +66,12 @@ pub struct Config {
     pub folding: FoldingConfig,
     pub supervisor: SupervisorConfig,
     pub scrub: ScrubConfig,
+    /// Log format and metric collection (`[telemetry]`); where telemetry is
+    /// exported is set by the standard `OTEL_*` variables.
+    pub telemetry: TelemetryConfig,
+    /// Upstream MCP servers whose tools agents reach through foldgate
+    /// (`[[upstreams]]`, config file only).
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 impl Default for Config {
@@ -77,6 +88,8 @@ impl Default for Config {
             folding: FoldingConfig::default(),
             supervisor: SupervisorConfig::default(),
             scrub: ScrubConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -94,6 +107,7 @@ const ENV_ALIASES: &[(&str, &[&str])] = &[
     ("FOLDGATE_TENANT_CLAIM", &["auth", "tenant_claim"]),
     ("FOLDGATE_ALLOWED_HOSTS", &["api", "allowed_hosts"]),
     ("FOLDGATE_ALLOWED_ORIGINS", &["api", "allowed_origins"]),
+    ("FOLDGATE_LOG_FORMAT", &["telemetry", "log_format"]),
 ];
 
 /// Settings that are lists: comma-separated in the environment.
@@ -128,14 +142,18 @@ impl Config {
             }
             None => Table::new(),
         };
-        for (name, value) in env {
-            if let Some(path) = setting_path(&name) {
-                set(&mut table, &path, value)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        for (name, value) in &env {
+            if let Some(path) = setting_path(name) {
+                set(&mut table, &path, value.clone())?;
             }
         }
         let config: Config = serde_path_to_error::deserialize(Value::Table(table))
             .map_err(|e| format!("configuration: {}: {}", e.path(), e.inner().message()))?;
         config.validate()?;
+        config.check_upstream_credentials(|var| {
+            env.iter().find(|(name, _)| name == var).map(|(_, value)| value.clone())
+        })?;
         Ok(config)
     }
 
@@ -144,6 +162,7 @@ impl Config {
         section("api", self.api.validate())?;
         section("folding", self.folding.validate())?;
         section("supervisor", self.supervisor.validate())?;
+        section("telemetry", self.telemetry.validate())?;
         if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
             section("auth", self.auth.validate())?;
         }
@@ -157,6 +176,32 @@ impl Config {
             return Err("[database] max_connections must be at least 1".into());
         }
         foldgate_store::Backend::of_url(&self.database_url).map_err(|e| e.to_string())?;
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            let at = |e: String| format!("[[upstreams]] {:?}: {e}", upstream.name);
+            upstream.validate().map_err(at)?;
+            if self.upstreams[..i].iter().any(|u| u.name == upstream.name) {
+                return Err(at("the name is used twice".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every `${VAR}` in the upstreams' credentials is set.
+    fn check_upstream_credentials(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), String> {
+        for upstream in &self.upstreams {
+            let at =
+                |field: &str, e: String| format!("[[upstreams]] {:?}: {field}: {e}", upstream.name);
+            for (name, value) in &upstream.headers {
+                expand_env(value, &env).map_err(|e| at(&format!("headers.{name}"), e))?;
+            }
+            if let Some(oauth) = &upstream.oauth {
+                expand_env(&oauth.client_id, &env).map_err(|e| at("oauth.client_id", e))?;
+                expand_env(&oauth.client_secret, &env).map_err(|e| at("oauth.client_secret", e))?;
+            }
+        }
         Ok(())
     }
 
@@ -172,6 +217,26 @@ impl Config {
     }
 }
 
+/// The `[telemetry]` settings alone, from the environment: for commands
+/// that log but read no configuration file (`migrate`).
+pub fn telemetry_from_env(
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<TelemetryConfig, String> {
+    let mut table = Table::new();
+    for (name, value) in env {
+        if let Some(path) =
+            setting_path(&name).filter(|p| p.first().is_some_and(|s| s == "telemetry"))
+        {
+            set(&mut table, &path, value)?;
+        }
+    }
+    let telemetry = table.remove("telemetry").unwrap_or_else(|| Value::Table(Table::new()));
+    let config: TelemetryConfig = serde_path_to_error::deserialize(telemetry)
+        .map_err(|e| format!("configuration: telemetry.{}: {}", e.path(), e.inner().message()))?;
+    config.validate().map_err(|e| format!("[telemetry] {e}"))?;
+    Ok(config)
+}
+
 /// The setting an environment variable sets, if any.
 fn setting_path(name: &str) -> Option<Vec<String>> {
     if let Some((_, path)) = ENV_ALIASES.iter().find(|(n, _)| *n == name) {
@@ -181,7 +246,33 @@ fn setting_path(name: &str) -> Option<Vec<String>> {
         return None;
     }
     let rest = name.strip_prefix("FOLDGATE_")?;
+    if is_service_link(rest) {
+        return None;
+    }
     Some(rest.split("__").map(str::to_ascii_lowercase).collect())
+}
+
+/// Whether a name (after `FOLDGATE_`) is one of the variables Kubernetes
+/// sets for a Service whose name starts with `foldgate` (`FOLDGATE_PORT`,
+/// `FOLDGATE_SERVICE_HOST`, `FOLDGATE_OPS_PORT_9090_TCP_ADDR`, …): they
+/// are not settings, and must not stop the gateway from starting.
+fn is_service_link(rest: &str) -> bool {
+    let words: Vec<&str> = rest.split('_').collect();
+    words.iter().enumerate().any(|(i, word)| {
+        let tail = &words[i + 1..];
+        match *word {
+            "SERVICE" => matches!(tail.first(), Some(&"HOST") | Some(&"PORT")),
+            "PORT" => match tail {
+                [] => true,
+                [port, proto, ..] => {
+                    port.chars().all(|c| c.is_ascii_digit())
+                        && matches!(*proto, "TCP" | "UDP" | "SCTP")
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    })
 }
 
 fn set(table: &mut Table, path: &[String], raw: String) -> Result<(), String> {
@@ -232,6 +323,29 @@ fn env_value(path: &[String], raw: String) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_service_links_are_not_settings() {
+        for name in [
+            "FOLDGATE_PORT",
+            "FOLDGATE_SERVICE_HOST",
+            "FOLDGATE_SERVICE_PORT",
+            "FOLDGATE_SERVICE_PORT_HTTP",
+            "FOLDGATE_PORT_8080_TCP",
+            "FOLDGATE_PORT_8080_TCP_ADDR",
+            "FOLDGATE_OPS_PORT_9090_TCP_PROTO",
+            "FOLDGATE_OPS_SERVICE_HOST",
+        ] {
+            assert_eq!(setting_path(name), None, "{name}");
+        }
+        assert_eq!(setting_path("FOLDGATE_OPS_LISTEN").unwrap(), vec!["ops_listen".to_owned()]);
+        assert_eq!(
+            setting_path("FOLDGATE_FOLDING__MAX_DEPTH").unwrap(),
+            vec!["folding".to_owned(), "max_depth".to_owned()]
+        );
+        let env = [("FOLDGATE_PORT".to_owned(), "tcp://10.0.0.1:8080".to_owned())];
+        Config::load(None, env).unwrap();
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
@@ -291,6 +405,38 @@ mod tests {
         assert_eq!(c.api.allowed_hosts, vec!["a.example", "b.example"]);
         assert_eq!(c.api.rate_limit.burst, 3);
         assert!(c.auth.jwt_secret.is_some());
+    }
+
+    #[test]
+    fn telemetry_settings_come_from_the_environment() {
+        use foldgate_telemetry::LogFormat;
+        let c = Config::load(
+            None,
+            env(&[
+                ("FOLDGATE_LOG_FORMAT", "json"),
+                ("FOLDGATE_TELEMETRY__STORE_POLL_INTERVAL", "2500"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.telemetry.log_format, LogFormat::Json);
+        assert_eq!(c.telemetry.store_poll_interval, Duration::from_millis(2500));
+        // `migrate` reads the same settings without a configuration file,
+        // and ignores every other setting.
+        let t = telemetry_from_env(env(&[
+            ("FOLDGATE_LOG_FORMAT", "text"),
+            ("FOLDGATE_FOLDING__MAX_DEPTH", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(t.log_format, LogFormat::Text);
+        for (vars, expected) in [
+            (&[("FOLDGATE_LOG_FORMAT", "xml")][..], "log_format"),
+            (&[("FOLDGATE_TELEMETRY__STORE_POLL_INTERVAL", "0")][..], "store_poll_interval"),
+        ] {
+            let err = Config::load(None, env(vars)).unwrap_err();
+            assert!(err.contains(expected), "{vars:?}: {err}");
+            let err = telemetry_from_env(env(vars)).unwrap_err();
+            assert!(err.contains(expected), "{vars:?}: {err}");
+        }
     }
 
     #[test]

@@ -5,10 +5,11 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use foldgate::{
-    config::{AuthMode, Config},
+    config::{AuthMode, Config, telemetry_from_env},
     serve,
 };
 use foldgate_store::{ConnectOptions, redact_url};
+use foldgate_telemetry::{LogFormat, OtelSettings, Telemetry};
 
 /// A multi-tenant MCP gateway for context folding.
 #[derive(Debug, Parser)]
@@ -26,7 +27,7 @@ enum Command {
         /// Address of the MCP listener [default: 127.0.0.1:8080].
         #[arg(long, env = "FOLDGATE_LISTEN")]
         listen: Option<String>,
-        /// Address of the operations listener (health probes) [default: 127.0.0.1:9090].
+        /// Address of the operations listener (probes, /metrics) [default: 127.0.0.1:9090].
         #[arg(long, env = "FOLDGATE_OPS_LISTEN")]
         ops_listen: Option<String>,
         /// The database: postgres://… or sqlite://PATH [default: sqlite://foldgate.db].
@@ -87,21 +88,19 @@ fn parse_ttl(raw: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
-fn init_tracing() {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::io::stderr().is_terminal() {
-        builder.init();
-    } else {
-        builder.json().init();
-    }
+/// Logs only, for the commands that export no telemetry.
+fn init_logs(format: LogFormat) -> anyhow::Result<()> {
+    foldgate_telemetry::install(&Telemetry::disabled(), format)?;
+    Ok(())
+}
+
+/// The telemetry the `OTEL_*` variables ask for.
+fn otel_settings() -> anyhow::Result<OtelSettings> {
+    Ok(OtelSettings::from_env(std::env::vars())?)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
     match Cli::parse().command {
         Command::Serve { listen, ops_listen, database_url, migrate, auth, config } => {
             let mut env: Vec<(String, String)> = std::env::vars().collect();
@@ -118,6 +117,8 @@ async fn main() -> anyhow::Result<()> {
             ];
             env.extend(flags.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))));
             let config = Config::load(config.as_deref(), env).map_err(anyhow::Error::msg)?;
+            let telemetry = Telemetry::new(&otel_settings()?).context("setting up telemetry")?;
+            foldgate_telemetry::install(&telemetry, config.telemetry.log_format)?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("listening on {}", config.listen))?;
@@ -127,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
             // Installed before anything is announced, so that a SIGTERM sent
             // as soon as the gateway is up stops it gracefully.
             let signals = shutdown_signal()?;
-            let running = serve::start(config, listener, ops_listener).await?;
+            let running = serve::start(config, listener, ops_listener, telemetry).await?;
             println!("foldgate is serving MCP at {}", running.mcp_url);
             if let Some(dev) = &running.dev_token {
                 println!("development token (tenant \"dev\", expires in 24 h):");
@@ -147,6 +148,9 @@ async fn main() -> anyhow::Result<()> {
             running.wait().await?;
         }
         Command::Migrate { database_url } => {
+            init_logs(
+                telemetry_from_env(std::env::vars()).map_err(anyhow::Error::msg)?.log_format,
+            )?;
             let shown = redact_url(&database_url);
             foldgate_store::migrate(&ConnectOptions::new(database_url))
                 .await
@@ -156,6 +160,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Token { tenant, sub, scope, ttl, config } => {
             let config =
                 Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
+            init_logs(config.telemetry.log_format)?;
             let secret = config
                 .auth
                 .jwt_secret
@@ -187,6 +192,7 @@ async fn main() -> anyhow::Result<()> {
         Command::CheckConfig { config } => {
             let config =
                 Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
+            otel_settings()?;
             println!("configuration is valid (database {})", redact_url(&config.database_url));
         }
     }

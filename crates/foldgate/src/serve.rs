@@ -4,14 +4,18 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use foldgate_api::metrics::{self, ApiMetrics};
 use foldgate_api::{
     Gateway,
     auth::{self, AuthState, Authenticator, Secret},
+    upstream::Upstreams,
 };
 use foldgate_engine::{
-    FoldingService, SystemClock, TokenCounter, scrubber_from_config, supervisor::Supervisor,
+    EngineMetrics, FoldingService, InstrumentedStore, StoreGauges, SystemClock, TokenCounter,
+    scrubber_from_config, supervisor::Supervisor,
 };
 use foldgate_store::{Backend, ConnectOptions, redact_url};
+use foldgate_telemetry::Telemetry;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -59,12 +63,15 @@ impl Running {
 /// Development tokens live this long.
 const DEV_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// Starts the gateway on the given listeners.
+/// Starts the gateway on the given listeners, recording metrics and spans
+/// into `telemetry`, which it shuts down (flushing it) when it stops.
 pub async fn start(
     mut config: Config,
     listener: TcpListener,
     ops_listener: TcpListener,
+    telemetry: Telemetry,
 ) -> anyhow::Result<Running> {
+    let meter = telemetry.meter();
     let addr = listener.local_addr()?;
     let ops_addr = ops_listener.local_addr()?;
     let mcp_url = config.api.public_url.clone().unwrap_or_else(|| format!("http://{addr}/mcp"));
@@ -83,16 +90,28 @@ pub async fn start(
         .await
         .with_context(|| format!("connecting to {shown}"))?;
     store.ready().await.with_context(|| format!("checking {shown}"))?;
+    let store: Arc<dyn foldgate_store::Store> =
+        Arc::new(InstrumentedStore::new(store, backend, &meter));
+    let gauges_stop = CancellationToken::new();
+    let gauges = StoreGauges::spawn(
+        &meter,
+        Arc::clone(&store),
+        config.telemetry.store_poll_interval,
+        gauges_stop.clone(),
+    );
 
     let tokens = TokenCounter::new(config.folding.encoding).map_err(anyhow::Error::msg)?;
     let scrubber = scrubber_from_config(&config.scrub).context("loading secret-scrubbing rules")?;
-    let service = Arc::new(FoldingService::new(
-        Arc::clone(&store),
-        tokens,
-        scrubber,
-        Arc::new(SystemClock),
-        config.folding.clone(),
-    ));
+    let service = Arc::new(
+        FoldingService::new(
+            Arc::clone(&store),
+            tokens,
+            scrubber,
+            Arc::new(SystemClock),
+            config.folding.clone(),
+        )
+        .with_metrics(EngineMetrics::new(&meter)),
+    );
 
     let metadata_url = auth::resource_metadata_url(&mcp_url).map_err(anyhow::Error::msg)?;
     let mut dev_token = None;
@@ -122,6 +141,18 @@ pub async fn start(
         }
     };
 
+    let shutdown = CancellationToken::new();
+    let api_metrics = ApiMetrics::new(&meter);
+    let upstreams =
+        Upstreams::new(&config.upstreams, |var| std::env::var(var).ok(), &api_metrics.upstream)
+            .map_err(anyhow::Error::msg)?;
+    metrics::observe_upstreams(&meter, &upstreams);
+    upstreams.start(&shutdown);
+    // Stopped after the servers, so that calls finishing during the grace
+    // period are still written.
+    let flush_stop = CancellationToken::new();
+    let usage_flusher = tokio::spawn(flush_outside_usage(Arc::clone(&service), flush_stop.clone()));
+
     let supervisor = Supervisor::spawn(Arc::clone(&service), config.supervisor.clone());
     let supervisor = Arc::new(tokio::sync::Mutex::new(Some(supervisor)));
     let liveness = {
@@ -134,18 +165,19 @@ pub async fn start(
         })
     };
 
-    let shutdown = CancellationToken::new();
     let app = foldgate_api::router(Gateway {
         service,
+        upstreams,
         auth: auth_state,
         config: config.api.clone(),
         mcp_url: mcp_url.clone(),
         issuer: config.auth.issuer.clone(),
         background_ok: liveness,
         shutdown: shutdown.clone(),
+        metrics: api_metrics,
     })
     .map_err(anyhow::Error::msg)?;
-    let ops_app = foldgate_api::ops_router(Arc::clone(&store));
+    let ops_app = foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus());
 
     let grace = config.api.shutdown_grace;
     let task = tokio::spawn({
@@ -173,13 +205,46 @@ pub async fn start(
             if let Some(supervisor) = supervisor.lock().await.take() {
                 supervisor.shutdown().await;
             }
+            flush_stop.cancel();
+            if usage_flusher.await.is_err() {
+                tracing::error!("the usage flusher panicked");
+            }
+            gauges_stop.cancel();
+            gauges.stopped().await;
             store.close().await;
             tracing::info!("stopped");
+            // Last: what the shutdown itself recorded is exported too.
+            let flushed = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+            if let Ok(Err(e)) = flushed {
+                tracing::warn!(error = %e, "telemetry was not fully exported");
+            }
             served.context("serving HTTP")
         }
     });
     tracing::info!(%mcp_url, ops = %ops_addr, database = %shown, "foldgate is serving");
     Ok(Running { mcp_url, addr, ops_addr, dev_token, shutdown, task })
+}
+
+/// How often usage outside branches is written to the database.
+const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Writes the upstream usage outside branches every few seconds, and once
+/// more on shutdown.
+async fn flush_outside_usage(service: Arc<FoldingService>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(USAGE_FLUSH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            () = shutdown.cancelled() => true,
+        };
+        if let Err(e) = service.flush_outside_usage().await {
+            tracing::warn!(error = %e, "writing upstream usage outside branches failed; kept for the next try");
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// A random signing secret for development mode.

@@ -5,6 +5,7 @@ mod common;
 
 use common::{Era, call, client, ok};
 use foldgate::{config::Config, serve};
+use foldgate_telemetry::Telemetry;
 use foldgate_testkit::TestDb;
 use serde_json::json;
 
@@ -15,7 +16,7 @@ async fn zero_config_prints_a_token_that_works() {
     let config = Config { database_url: db.url.clone(), ..Config::default() };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = serve::start(config, listener, ops).await.unwrap();
+    let running = serve::start(config, listener, ops, Telemetry::local()).await.unwrap();
     let dev = running.dev_token.clone().expect("a development token");
     assert!(dev.secret.len() >= 32);
 

@@ -13,6 +13,10 @@ use http::{
     HeaderMap, HeaderValue, StatusCode,
     header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE},
 };
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, MeterProvider as _, noop::NoopMeterProvider},
+};
 use serde_json::json;
 
 use super::{AuthError, Authenticated, Authenticator};
@@ -40,13 +44,28 @@ pub enum AuthMode {
 pub struct AuthState {
     mode: AuthMode,
     resource_metadata_url: Arc<str>,
+    /// Refusals, by [`AuthError::kind`].
+    rejections: Counter<u64>,
 }
 
 impl AuthState {
     /// `resource_metadata_url` is the absolute URL of this server's RFC 9728
     /// document (see [`resource_metadata_url`](super::resource_metadata_url)).
     pub fn new(mode: AuthMode, resource_metadata_url: impl Into<String>) -> Self {
-        Self { mode, resource_metadata_url: resource_metadata_url.into().into() }
+        Self {
+            mode,
+            resource_metadata_url: resource_metadata_url.into().into(),
+            rejections: NoopMeterProvider::new()
+                .meter("foldgate")
+                .u64_counter("foldgate.auth.rejections")
+                .build(),
+        }
+    }
+
+    /// Counts refused requests in `rejections` (`reason` attribute).
+    pub fn with_rejections(mut self, rejections: Counter<u64>) -> Self {
+        self.rejections = rejections;
+        self
     }
 
     pub fn mode(&self) -> &AuthMode {
@@ -83,6 +102,7 @@ pub async fn authenticate_request(
         Err(error) => {
             // A key-source failure was logged where it happened.
             tracing::debug!(reason = error.kind(), "request not authenticated");
+            state.rejections.add(1, &[KeyValue::new("reason", error.kind())]);
             auth_error_response(&error, &state.resource_metadata_url)
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use foldgate::{config::Config, serve};
 use foldgate_api::auth::{self, Secret};
+use foldgate_telemetry::Telemetry;
 use foldgate_testkit::{Backend, TestDb};
 use rmcp::{
     ClientLifecycleMode, ClientServiceExt,
@@ -33,6 +34,15 @@ impl TestGateway {
     }
 
     pub async fn start_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_with_telemetry(backend, tweak, Telemetry::local()).await
+    }
+
+    /// A gateway recording into `telemetry` (which it shuts down on stop).
+    pub async fn start_with_telemetry(
+        backend: Backend,
+        tweak: impl FnOnce(&mut Config),
+        telemetry: Telemetry,
+    ) -> Self {
         let db = TestDb::new(backend).await;
         let mut config = Config { database_url: db.url.clone(), ..Config::default() };
         config.auth.jwt_secret = Some(Secret::new(SECRET));
@@ -40,7 +50,7 @@ impl TestGateway {
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let running = serve::start(config, listener, ops).await.unwrap();
+        let running = serve::start(config, listener, ops, telemetry).await.unwrap();
         let url = running.mcp_url.clone();
         let base = url.trim_end_matches("/mcp").to_owned();
         Self { running, db, url, base }

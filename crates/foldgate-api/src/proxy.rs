@@ -1,0 +1,505 @@
+//! Upstream tool calls, metered.
+//!
+//! A call is forwarded with the upstream's own credentials; its arguments and
+//! its result are counted with the gateway's tokenizer and charged to the
+//! branch the call belongs to, in one transaction with a line in the
+//! branch's trace. A result that would overrun the branch's budget is cut at
+//! it, marked, and the branch is force-returned. Results pass the secret
+//! scrubber first (fail closed) unless the upstream is configured not to.
+//!
+//! What is counted: the arguments as compact JSON; of the result, the text
+//! of each content item (text, or an embedded resource's text; any other
+//! item as compact JSON), plus `structuredContent` as compact JSON unless a
+//! text item already carries the same value.
+
+use std::{sync::Arc, time::Instant};
+
+use foldgate_domain::{BranchId, ErrorCode, Principal, Tokens};
+use foldgate_engine::{
+    CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, OutsideUsage, Scrubber,
+    TokenCounter,
+};
+use http::HeaderMap;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode as RpcCode, ErrorData,
+};
+use serde_json::{Map, Value, json};
+use tracing::{Instrument as _, Span, field::Empty};
+
+use crate::{
+    error,
+    upstream::{CallError, Upstream, UpstreamTool},
+};
+
+/// The `_meta` key (in `tools/call` params) naming the branch a call
+/// belongs to.
+pub const BRANCH_META_KEY: &str = "foldgate/branch_id";
+/// The HTTP header naming the branch a call belongs to.
+pub const BRANCH_HEADER: &str = "foldgate-branch";
+/// The `_meta` key of a result that reports what was metered.
+pub const METERING_META_KEY: &str = "foldgate/metering";
+
+/// Which branch a request names, from `_meta` or the header. The error names
+/// the field.
+pub fn named_branch(
+    meta: Option<&Map<String, Value>>,
+    headers: Option<&HeaderMap>,
+) -> Result<Option<BranchId>, crate::args::ArgError> {
+    let invalid = |field: &str, reason: &str| crate::args::ArgError {
+        field: field.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if let Some(value) = meta.and_then(|m| m.get(BRANCH_META_KEY)) {
+        let field = format!("_meta.{BRANCH_META_KEY}");
+        let id = value.as_str().ok_or_else(|| invalid(&field, "must be a string"))?;
+        return BranchId::parse(id).map(Some).map_err(|e| invalid(&field, &e.reason));
+    }
+    if let Some(value) = headers.and_then(|h| h.get(BRANCH_HEADER)) {
+        let id = value.to_str().map_err(|_| invalid("Foldgate-Branch", "must be text"))?;
+        return BranchId::parse(id.trim())
+            .map(Some)
+            .map_err(|e| invalid("Foldgate-Branch", &e.reason));
+    }
+    Ok(None)
+}
+
+/// One call of an upstream tool, as the agent made it.
+pub(crate) struct UpstreamCall<'a> {
+    pub upstream: &'a Upstream,
+    pub tool: &'a UpstreamTool,
+    pub request: &'a CallToolRequestParams,
+    /// The request's `_meta`.
+    pub meta: Option<&'a Map<String, Value>>,
+    /// The HTTP request's headers.
+    pub headers: Option<&'a HeaderMap>,
+}
+
+/// Forwards a call to an upstream and meters it, in an `upstream.call` span
+/// that records where the call was charged, its tokens and its outcome (the
+/// request to the upstream is a client span inside it).
+pub(crate) async fn call(
+    service: &FoldingService,
+    who: &Principal,
+    call: UpstreamCall<'_>,
+) -> Result<CallToolResponse, ErrorData> {
+    let span = tracing::info_span!(
+        "upstream.call",
+        tenant = %who.tenant,
+        upstream = %call.upstream.name(),
+        gen_ai.tool.name = %call.tool.tool.name,
+        session.id = Empty,
+        branch.id = Empty,
+        tokens_in = Empty,
+        tokens_out = Empty,
+        outcome = Empty,
+    );
+    forward(service, who, call, span.clone()).instrument(span).await
+}
+
+async fn forward(
+    service: &FoldingService,
+    who: &Principal,
+    call: UpstreamCall<'_>,
+    span: Span,
+) -> Result<CallToolResponse, ErrorData> {
+    let UpstreamCall { upstream, tool, request, meta, headers } = call;
+    let scrubber = service.scrubber();
+    let name = tool.tool.name.as_ref();
+    let named = named_branch(meta, headers).map_err(|e| error::invalid_argument(&e))?;
+    let target = match service.call_target(who, named).await {
+        Ok(target) => target,
+        Err(e) => return error::tool_error(name, &e),
+    };
+    let tokens = service.tokens().clone();
+    let arguments = request.arguments.as_ref();
+    let tokens_in =
+        tokens.count(&compact(&arguments.map_or(Value::Null, |a| Value::Object(a.clone()))));
+    let remaining = match &target {
+        CallTarget::Branch(branch) => Some(branch.ledger.remaining()),
+        CallTarget::Outside(_) => None,
+    };
+    let started = Instant::now();
+    let meter = Meter { service, who, upstream, tool, target: &target, started, span };
+
+    if let Some(remaining) = remaining.filter(|r| tokens_in >= *r) {
+        // The arguments alone use up the budget: the call is not made.
+        let metered = meter.record(tokens_in, 0, CallOutcome::Refused).await?;
+        let e = FoldError::BudgetExhausted { available: remaining };
+        tracing::info!(upstream = %upstream.name(), tool = name, tokens_in, remaining,
+            forced_return = metered.forced_return, "upstream call refused: over budget");
+        return error::tool_error(name, &e);
+    }
+
+    let forwarded_meta = forwarded_meta(meta);
+    let answer = upstream.call(tool, arguments, forwarded_meta.as_ref(), &HeaderMap::new()).await;
+    let raw = match answer {
+        Ok(raw) => raw,
+        Err(CallError::Unavailable(why)) => {
+            meter.record(tokens_in, 0, CallOutcome::UpstreamError).await?;
+            let message = format!("upstream {:?} is unavailable: {why}", upstream.name());
+            tracing::warn!(upstream = %upstream.name(), tool = name, error = %why, "upstream call failed");
+            return Ok(refusal(ErrorCode::UpstreamUnavailable, &message));
+        }
+        Err(CallError::Rpc { code, message, data }) => {
+            // Passed through as the same JSON-RPC error, scrubbed.
+            let error = json!({"message": message, "data": data});
+            let scrubbed =
+                scrub_and_count(scrubber, &tokens, error, upstream.config.scrub_results).await;
+            let Ok((error, tokens_out)) = scrubbed else {
+                meter.record(tokens_in, 0, CallOutcome::Refused).await?;
+                return Ok(refusal(
+                    ErrorCode::ScrubbingFailed,
+                    "the upstream's error could not be scrubbed of secrets",
+                ));
+            };
+            meter.record(tokens_in, tokens_out, CallOutcome::ToolError).await?;
+            let message = error["message"].as_str().unwrap_or_default().to_owned();
+            let data = error.get("data").filter(|d| !d.is_null()).cloned();
+            let code = i32::try_from(code).unwrap_or(-32603);
+            return Err(ErrorData::new(RpcCode(code), message, data));
+        }
+    };
+
+    let Ok((mut result, mut tokens_out)) =
+        scrub_and_count(scrubber, &tokens, raw, upstream.config.scrub_results).await
+    else {
+        meter.record(tokens_in, 0, CallOutcome::Refused).await?;
+        tracing::error!(upstream = %upstream.name(), tool = name,
+            "an upstream result could not be scrubbed; it was withheld");
+        return Ok(refusal(
+            ErrorCode::ScrubbingFailed,
+            "the result could not be scrubbed of secrets; nothing was returned",
+        ));
+    };
+    let mut outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        CallOutcome::ToolError
+    } else {
+        CallOutcome::Ok
+    };
+    if let (Some(remaining), CallTarget::Branch(branch)) = (remaining, &target)
+        && tokens_in + tokens_out > remaining
+    {
+        let room = remaining - tokens_in;
+        let shown = truncate_result(&tokens, &mut result, room, tokens_out, branch.id);
+        tracing::info!(upstream = %upstream.name(), tool = name, tokens_out, shown,
+            branch_id = %branch.id, "upstream result truncated at the branch's budget");
+        // The branch is charged up to its budget, which exhausts it.
+        tokens_out = room;
+        outcome = CallOutcome::Truncated;
+    }
+    let metered = meter.record(tokens_in, tokens_out, outcome).await?;
+    let mut result: CallToolResult = serde_json::from_value(result).map_err(|e| {
+        error::internal(&format!(
+            "upstream {:?} returned an unreadable result: {e}",
+            upstream.name()
+        ))
+    })?;
+    // Upstreams speak an older protocol version, whose results carry no
+    // `resultType`; this one is complete (rmcp drops the field again for
+    // clients of older versions).
+    result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+    let report = json!({
+        "branch_id": metered.branch,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "truncated": outcome == CallOutcome::Truncated,
+        "budget_used": metered.used,
+        "budget_total": metered.budget,
+        "branch_force_returned": metered.forced_return,
+    });
+    result.meta.get_or_insert_with(Default::default).0.insert(METERING_META_KEY.into(), report);
+    Ok(result.into())
+}
+
+/// What metering did, for the result's `_meta`.
+struct Metered {
+    branch: Option<BranchId>,
+    used: Option<Tokens>,
+    budget: Option<Tokens>,
+    forced_return: bool,
+}
+
+/// Records a call where it belongs.
+struct Meter<'a> {
+    service: &'a FoldingService,
+    who: &'a Principal,
+    upstream: &'a Upstream,
+    tool: &'a UpstreamTool,
+    target: &'a CallTarget,
+    started: Instant,
+    /// The call's `upstream.call` span.
+    span: Span,
+}
+
+impl Meter<'_> {
+    async fn record(
+        &self,
+        tokens_in: Tokens,
+        tokens_out: Tokens,
+        outcome: CallOutcome,
+    ) -> Result<Metered, ErrorData> {
+        let tenant = self.who.tenant.as_str();
+        let metrics = &self.upstream.metrics;
+        metrics.record_tokens(tenant, self.upstream.name(), tokens_in, tokens_out);
+        self.span.record("tokens_in", tokens_in);
+        self.span.record("tokens_out", tokens_out);
+        self.span.record("outcome", outcome.as_str());
+        match self.target {
+            CallTarget::Outside(session) => {
+                metrics.record_outside_branches(tenant, self.upstream.name());
+                if let Some(session) = session {
+                    self.span.record("session.id", session.as_str());
+                }
+                let usage = OutsideUsage { calls: 1, tokens_in, tokens_out };
+                self.service.record_outside(&self.who.tenant, session.clone(), usage);
+                Ok(Metered { branch: None, used: None, budget: None, forced_return: false })
+            }
+            CallTarget::Branch(branch) => {
+                self.span.record("branch.id", tracing::field::display(branch.id));
+                self.span.record("session.id", branch.session_id.as_str());
+                let call = CallRecord {
+                    upstream: self.upstream.name().to_owned(),
+                    tool: self.tool.upstream_name.clone(),
+                    tokens_in,
+                    tokens_out,
+                    duration: self.started.elapsed(),
+                    outcome,
+                    at: self.service.clock().now(),
+                };
+                let metered = self
+                    .service
+                    .meter_call(&self.who.tenant, branch.id, &call)
+                    .await
+                    .map_err(|e| error::internal(&format!("metering an upstream call: {e}")))?;
+                Ok(Metered {
+                    branch: Some(branch.id),
+                    used: metered.consumption.map(|c| c.ledger.used),
+                    budget: Some(branch.ledger.budget),
+                    forced_return: metered.forced_return,
+                })
+            }
+        }
+    }
+}
+
+/// A tool result with `isError` that a model can read.
+fn refusal(code: ErrorCode, message: &str) -> CallToolResponse {
+    CallToolResult::structured_error(json!({"error": {"code": code.as_str(), "message": message}}))
+        .into()
+}
+
+/// The request's `_meta` as the upstream gets it: without foldgate's keys
+/// and without the keys that belong to the agent's own connection.
+fn forwarded_meta(meta: Option<&Map<String, Value>>) -> Option<Map<String, Value>> {
+    let kept: Map<String, Value> = meta?
+        .iter()
+        .filter(|(k, _)| {
+            !(k.starts_with("foldgate/")
+                || k.starts_with("io.modelcontextprotocol/")
+                || k.as_str() == "progressToken")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+fn compact(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Scrubs a value (unless scrubbing is off for the upstream) and counts its
+/// tokens, off the async workers: both take milliseconds on large results.
+async fn scrub_and_count(
+    scrubber: &Arc<dyn Scrubber>,
+    tokens: &TokenCounter,
+    value: Value,
+    scrub: bool,
+) -> Result<(Value, Tokens), ()> {
+    let scrubber = Arc::clone(scrubber);
+    let tokens = tokens.clone();
+    tokio::task::spawn_blocking(move || {
+        let value = if scrub {
+            let scrubbed = scrubber.scrub_json(&value).map_err(|e| {
+                tracing::error!(error = %e, "scrubbing an upstream answer failed");
+            })?;
+            scrubbed.value
+        } else {
+            value
+        };
+        let count = result_tokens(&tokens, &value);
+        Ok((value, count))
+    })
+    .await
+    .unwrap_or(Err(()))
+}
+
+/// The tokens of a result (or of an error), as documented at the top.
+pub fn result_tokens(tokens: &TokenCounter, result: &Value) -> Tokens {
+    let mut total: Tokens = 0;
+    let content = result.get("content").and_then(Value::as_array);
+    for item in content.into_iter().flatten() {
+        total += tokens.count(&item_text(item));
+    }
+    if let Some(structured) = result.get("structuredContent")
+        && !content.is_some_and(|items| items.iter().any(|i| carries(i, structured)))
+    {
+        total += tokens.count(&compact(structured));
+    }
+    if content.is_none() && result.get("structuredContent").is_none() {
+        // Not a tool result: an error's message and data.
+        total += tokens.count(&compact(result));
+    }
+    total
+}
+
+/// The text of a content item as a model reads it.
+fn item_text(item: &Value) -> String {
+    match item.get("type").and_then(Value::as_str) {
+        Some("text") => item.get("text").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        Some("resource") => {
+            match item.get("resource").and_then(|r| r.get("text")).and_then(Value::as_str) {
+                Some(text) => text.to_owned(),
+                None => compact(item),
+            }
+        }
+        _ => compact(item),
+    }
+}
+
+/// Whether a text item holds exactly this structured value.
+fn carries(item: &Value, structured: &Value) -> bool {
+    item.get("type").and_then(Value::as_str) == Some("text")
+        && item
+            .get("text")
+            .and_then(Value::as_str)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .is_some_and(|v| &v == structured)
+}
+
+/// Cuts a result to at most `room` tokens, marker included: content items
+/// are kept in order while they fit, the one that does not fit is cut (if it
+/// is text), the rest are dropped, and so is `structuredContent` (it cannot
+/// be cut without breaking its schema). Returns the tokens shown.
+fn truncate_result(
+    tokens: &TokenCounter,
+    result: &mut Value,
+    room: Tokens,
+    total: Tokens,
+    branch: BranchId,
+) -> Tokens {
+    let marker = format!(
+        "\n[foldgate: result truncated at the branch's token budget ({total} tokens, \
+         {room} remained); branch {branch} was force-returned (budget_exhausted)]"
+    );
+    let marker_tokens = tokens.count(&marker);
+    let mut left = room.saturating_sub(marker_tokens);
+    let mut kept = Vec::new();
+    let items = result.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+    for mut item in items {
+        let n = tokens.count(&item_text(&item));
+        if n <= left {
+            left -= n;
+            kept.push(item);
+            continue;
+        }
+        if item.get("type").and_then(Value::as_str) == Some("text")
+            && let Some(text) = item.get("text").and_then(Value::as_str)
+        {
+            let (cut, n) = tokens.truncate(text, left);
+            left -= n;
+            item["text"] = Value::String(cut);
+            kept.push(item);
+        }
+        break;
+    }
+    let mut shown = room - left;
+    if marker_tokens <= room {
+        kept.push(json!({"type": "text", "text": marker}));
+    } else {
+        shown -= marker_tokens.min(shown);
+    }
+    if let Value::Object(obj) = result {
+        obj.insert("content".into(), Value::Array(kept));
+        obj.remove("structuredContent");
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use foldgate_engine::Encoding;
+
+    use super::*;
+
+    fn counter() -> TokenCounter {
+        TokenCounter::new(Encoding::O200kBase).unwrap()
+    }
+
+    #[test]
+    fn result_tokens_count_what_a_model_reads() {
+        let t = counter();
+        let text = json!({"content": [{"type": "text", "text": "hello world"}]});
+        assert_eq!(result_tokens(&t, &text), 2);
+        // A structured result that is also given as text is counted once.
+        let both = json!({
+            "content": [{"type": "text", "text": "{\"a\": 1}"}],
+            "structuredContent": {"a": 1},
+        });
+        assert_eq!(result_tokens(&t, &both), t.count("{\"a\": 1}"));
+        let structured_only = json!({"content": [], "structuredContent": {"a": 1}});
+        assert_eq!(result_tokens(&t, &structured_only), t.count("{\"a\":1}"));
+        let resource = json!({"content": [{"type": "resource", "resource": {"uri": "file:///x", "text": "hello world"}}]});
+        assert_eq!(result_tokens(&t, &resource), 2);
+    }
+
+    #[test]
+    fn truncation_fits_the_room_and_marks_it() {
+        let t = counter();
+        let long = "word ".repeat(500);
+        let mut result = json!({
+            "content": [{"type": "text", "text": "first"}, {"type": "text", "text": long}, {"type": "text", "text": "third"}],
+            "structuredContent": {"big": true},
+        });
+        let total = result_tokens(&t, &result);
+        let id = BranchId::generate();
+        let shown = truncate_result(&t, &mut result, 100, total, id);
+        assert!(shown <= 100, "{shown}");
+        assert!(result_tokens(&t, &result) <= 100);
+        let content = result["content"].as_array().unwrap();
+        assert_eq!(content.len(), 3, "first, the cut second, the marker");
+        assert!(content[2]["text"].as_str().unwrap().contains("truncated"));
+        assert!(result.get("structuredContent").is_none());
+    }
+
+    #[test]
+    fn the_branch_is_named_by_meta_or_header() {
+        let id = BranchId::generate();
+        let meta: Map<String, Value> =
+            [(BRANCH_META_KEY.to_owned(), json!(id.to_string()))].into_iter().collect();
+        assert_eq!(named_branch(Some(&meta), None).unwrap(), Some(id));
+        let mut headers = HeaderMap::new();
+        headers.insert(BRANCH_HEADER, id.to_string().parse().unwrap());
+        assert_eq!(named_branch(None, Some(&headers)).unwrap(), Some(id));
+        assert_eq!(named_branch(None, None).unwrap(), None);
+        let bad: Map<String, Value> =
+            [(BRANCH_META_KEY.to_owned(), json!(7))].into_iter().collect();
+        assert_eq!(named_branch(Some(&bad), None).unwrap_err().field, "_meta.foldgate/branch_id");
+        headers.insert(BRANCH_HEADER, "nope".parse().unwrap());
+        assert_eq!(named_branch(None, Some(&headers)).unwrap_err().field, "Foldgate-Branch");
+    }
+
+    #[test]
+    fn foldgate_and_connection_keys_are_not_forwarded() {
+        let meta: Map<String, Value> = [
+            ("foldgate/branch_id".to_owned(), json!("x")),
+            ("io.modelcontextprotocol/protocolVersion".to_owned(), json!("2026-07-28")),
+            ("progressToken".to_owned(), json!(1)),
+            ("team/trace".to_owned(), json!("kept")),
+        ]
+        .into_iter()
+        .collect();
+        let forwarded = forwarded_meta(Some(&meta)).unwrap();
+        assert_eq!(forwarded.len(), 1);
+        assert!(forwarded.contains_key("team/trace"));
+    }
+}

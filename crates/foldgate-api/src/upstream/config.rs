@@ -1,0 +1,309 @@
+//! How upstream MCP servers are declared (`[[upstreams]]` in the config
+//! file).
+
+use std::{collections::BTreeMap, fmt, time::Duration};
+
+use serde::Deserialize;
+
+/// The scope a token needs to see and call an upstream's tools unless the
+/// upstream names another: upstream calls are charged to branches.
+pub const DEFAULT_UPSTREAM_SCOPE: &str = "fold:write";
+
+/// Separates an upstream's name from its tool's in the names agents see.
+pub const NAMESPACE_SEPARATOR: &str = "__";
+
+/// One upstream MCP server (Streamable HTTP).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Its tools appear as `<name>__<tool>`. Letters, digits, `-` and `_`
+    /// (not `__`), at most 32 characters.
+    pub name: String,
+    /// The upstream's Streamable HTTP endpoint.
+    pub url: String,
+    /// Tenants that may use it; `None` (omitted) means every tenant.
+    #[serde(default)]
+    pub tenants: Option<Vec<String>>,
+    /// Tools offered (by their upstream name); `None` means all of them.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Longest a call (or a tool listing) may take.
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+    /// How often the tool list is fetched again while the upstream is up.
+    #[serde(default = "default_refresh")]
+    pub refresh_seconds: u64,
+    /// Pass results through the secret scrubber before the agent sees them.
+    #[serde(default = "yes")]
+    pub scrub_results: bool,
+    /// The scope a token needs to see and call these tools.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// Largest response accepted from the upstream, in bytes.
+    #[serde(default = "default_max_response")]
+    pub max_response_bytes: usize,
+    /// Headers foldgate sends with every request (its own credentials; the
+    /// agent's token is never forwarded). `${VAR}` is replaced by the
+    /// environment variable `VAR`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// An OAuth 2.0 client-credentials grant whose access token foldgate
+    /// fetches, caches and sends as `Authorization: Bearer …`.
+    #[serde(default)]
+    pub oauth: Option<OAuthClientCredentials>,
+}
+
+/// An OAuth 2.0 client-credentials grant (RFC 6749 §4.4).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthClientCredentials {
+    pub token_url: String,
+    /// `${VAR}` is replaced by the environment variable `VAR`.
+    pub client_id: String,
+    /// `${VAR}` is replaced by the environment variable `VAR`.
+    pub client_secret: String,
+    /// Space-separated scopes to request.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// The RFC 8707 `resource` to request the token for (often the
+    /// upstream's URL).
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+fn default_timeout() -> u64 {
+    30
+}
+
+fn default_refresh() -> u64 {
+    30
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_response() -> usize {
+    16 * 1024 * 1024
+}
+
+// Credentials never appear in logs or `check-config` output.
+impl fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("tenants", &self.tenants)
+            .field("tools", &self.tools)
+            .field("timeout_seconds", &self.timeout_seconds)
+            .field("refresh_seconds", &self.refresh_seconds)
+            .field("scrub_results", &self.scrub_results)
+            .field("scope", &self.scope)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("oauth", &self.oauth)
+            .finish()
+    }
+}
+
+impl fmt::Debug for OAuthClientCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OAuthClientCredentials")
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"***")
+            .field("scope", &self.scope)
+            .field("resource", &self.resource)
+            .finish()
+    }
+}
+
+impl UpstreamConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_seconds)
+    }
+
+    pub fn refresh(&self) -> Duration {
+        Duration::from_secs(self.refresh_seconds)
+    }
+
+    /// The scope a token needs for these tools.
+    pub fn required_scope(&self) -> &str {
+        self.scope.as_deref().unwrap_or(DEFAULT_UPSTREAM_SCOPE)
+    }
+
+    /// Whether a tenant may use this upstream.
+    pub fn serves_tenant(&self, tenant: &str) -> bool {
+        self.tenants.as_ref().is_none_or(|list| list.iter().any(|t| t == tenant))
+    }
+
+    /// Whether an upstream tool is offered.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.tools.as_ref().is_none_or(|list| list.iter().any(|t| t == tool))
+    }
+
+    /// Checks the declaration (without resolving `${VAR}`s).
+    pub fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        let valid_name = !name.is_empty()
+            && name.len() <= 32
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !name.contains(NAMESPACE_SEPARATOR)
+            && !name.ends_with('_');
+        if !valid_name {
+            return Err(format!(
+                "name {name:?} must be 1 to 32 letters, digits, '-' or '_', without \"__\" and not ending in '_'"
+            ));
+        }
+        check_url("url", &self.url)?;
+        if self.timeout_seconds == 0 || self.timeout_seconds > 3600 {
+            return Err("timeout_seconds must be between 1 and 3600".into());
+        }
+        if self.refresh_seconds == 0 {
+            return Err("refresh_seconds must be at least 1".into());
+        }
+        if self.max_response_bytes < 1024 {
+            return Err("max_response_bytes must be at least 1024".into());
+        }
+        if self.tenants.as_ref().is_some_and(Vec::is_empty) {
+            return Err("tenants is empty: omit it to serve every tenant".into());
+        }
+        for header in self.headers.keys() {
+            let parsed = http::HeaderName::from_bytes(header.as_bytes())
+                .map_err(|_| format!("headers: {header:?} is not a header name"))?;
+            if RESERVED_HEADERS.contains(&parsed.as_str()) {
+                return Err(format!("headers: {header:?} is set by foldgate itself"));
+            }
+            if parsed == http::header::AUTHORIZATION && self.oauth.is_some() {
+                return Err("headers: Authorization conflicts with oauth".into());
+            }
+        }
+        if let Some(oauth) = &self.oauth {
+            check_url("oauth.token_url", &oauth.token_url)?;
+            if oauth.client_id.is_empty() {
+                return Err("oauth.client_id is empty".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Headers that belong to the MCP transport.
+const RESERVED_HEADERS: &[&str] =
+    &["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "content-length", "host"];
+
+fn check_url(field: &str, url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{field} {url:?}: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{field} {url:?} must be an http(s) URL"));
+    }
+    Ok(())
+}
+
+/// Replaces every `${VAR}` with the value of the environment variable
+/// `VAR`, as `lookup` gives it. `$$` is a literal `$`.
+pub fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let end = body.find('}').ok_or_else(|| "unterminated ${".to_owned())?;
+            let var = &body[..end];
+            let valid =
+                !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!("${{{var}}} is not a variable name"));
+            }
+            let value =
+                lookup(var).ok_or_else(|| format!("environment variable {var} is not set"))?;
+            out.push_str(&value);
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(name: &str) -> UpstreamConfig {
+        toml_upstream(&format!("name = {name:?}\nurl = \"http://127.0.0.1:9000/mcp\""))
+    }
+
+    fn toml_upstream(src: &str) -> UpstreamConfig {
+        #[derive(Deserialize)]
+        struct One {
+            upstreams: Vec<UpstreamConfig>,
+        }
+        let doc = format!("[[upstreams]]\n{src}");
+        let one: One = toml::from_str(&doc).unwrap();
+        one.upstreams.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for good in ["files", "git-hub", "a", "team_files", "X9"] {
+            upstream(good).validate().unwrap();
+        }
+        for bad in ["", "a__b", "files_", "with space", "dots.no", &"x".repeat(33)] {
+            assert!(upstream(bad).validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_checks() {
+        let u = upstream("files");
+        assert_eq!(u.timeout(), Duration::from_secs(30));
+        assert!(u.scrub_results);
+        assert_eq!(u.required_scope(), DEFAULT_UPSTREAM_SCOPE);
+        assert!(u.serves_tenant("anyone") && u.offers("anything"));
+        let u = toml_upstream(
+            "name = \"f\"\nurl = \"http://h/mcp\"\ntenants = [\"acme\"]\ntools = [\"read\"]",
+        );
+        assert!(u.serves_tenant("acme") && !u.serves_tenant("other"));
+        assert!(u.offers("read") && !u.offers("write"));
+        let bad =
+            |src: &str| toml_upstream(&format!("name = \"f\"\n{src}")).validate().unwrap_err();
+        assert!(bad("url = \"ftp://h\"").contains("http"));
+        assert!(bad("url = \"http://h\"\ntimeout_seconds = 0").contains("timeout"));
+        assert!(bad("url = \"http://h\"\ntenants = []").contains("tenants"));
+        assert!(
+            bad("url = \"http://h\"\n[upstreams.headers]\nMcp-Session-Id = \"x\"")
+                .contains("foldgate")
+        );
+        assert!(
+            bad("url = \"http://h\"\n[upstreams.headers]\nAuthorization = \"x\"\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"c\"\nclient_secret = \"s\"")
+                .contains("oauth")
+        );
+    }
+
+    #[test]
+    fn credentials_are_not_printed() {
+        let u = toml_upstream(
+            "name = \"f\"\nurl = \"http://h\"\n[upstreams.headers]\nAuthorization = \"Bearer hunter2\"\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"c\"\nclient_secret = \"s3cret\"",
+        );
+        let shown = format!("{u:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("Authorization"));
+    }
+
+    #[test]
+    fn environment_references_are_expanded() {
+        let env = |v: &str| (v == "TOKEN").then(|| "abc".to_owned());
+        assert_eq!(expand_env("Bearer ${TOKEN}", env).unwrap(), "Bearer abc");
+        assert_eq!(expand_env("a$$b $x", env).unwrap(), "a$b $x");
+        assert!(expand_env("${MISSING}", env).unwrap_err().contains("MISSING"));
+        assert!(expand_env("${TOKEN", env).is_err());
+        assert!(expand_env("${BAD-NAME}", env).is_err());
+    }
+}

@@ -1,0 +1,457 @@
+//! The upstreams a deployment fronts: their clients, their tool lists (kept
+//! fresh in the background), and which principal may see which tool.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::{Duration, Instant},
+};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use rmcp::model::Tool;
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument as _, field::Empty};
+
+use super::{
+    NAMESPACE_SEPARATOR, UpstreamConfig,
+    client::{CallError, McpClient},
+    config::expand_env,
+    oauth::{Grant, TokenSource},
+};
+use crate::{auth::Authenticated, metrics::UpstreamMetrics};
+
+/// The longest name a tool may have (MCP tool-name guidance).
+const MAX_TOOL_NAME: usize = 128;
+/// First retry after a failed tool listing; doubles up to the refresh
+/// interval.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// An upstream tool as agents see it.
+#[derive(Debug)]
+pub struct UpstreamTool {
+    /// `<upstream>__<tool>`, with the upstream's description and schemas.
+    pub tool: Tool,
+    /// The name the upstream knows it by.
+    pub upstream_name: String,
+    validator: jsonschema::Validator,
+}
+
+/// Arguments that do not match a tool's `inputSchema`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaMismatch {
+    /// Where, as `arguments` plus a JSON pointer (`arguments/path`).
+    pub field: String,
+    pub reason: String,
+}
+
+impl UpstreamTool {
+    /// Checks arguments against the tool's `inputSchema`.
+    pub fn check_arguments(
+        &self,
+        arguments: Option<&Map<String, Value>>,
+    ) -> Result<(), SchemaMismatch> {
+        let empty = Value::Object(Map::new());
+        let owned;
+        let instance = match arguments {
+            Some(map) => {
+                owned = Value::Object(map.clone());
+                &owned
+            }
+            None => &empty,
+        };
+        match self.validator.iter_errors(instance).next() {
+            None => Ok(()),
+            Some(e) => Err(SchemaMismatch {
+                field: format!("arguments{}", e.instance_path().as_str()),
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Listing {
+    tools: Arc<HashMap<String, Arc<UpstreamTool>>>,
+    /// Whether the last listing or call succeeded. A failing upstream's
+    /// tools leave `tools/list` until it answers again.
+    up: bool,
+    last_error: Option<String>,
+}
+
+/// One upstream.
+#[derive(Debug)]
+pub struct Upstream {
+    pub config: UpstreamConfig,
+    client: McpClient,
+    listing: RwLock<Listing>,
+    /// Wakes the refresher early (a call failed).
+    recheck: Notify,
+    /// Where requests to the upstream, and what the proxy meters of them,
+    /// are recorded.
+    pub(crate) metrics: UpstreamMetrics,
+}
+
+impl Upstream {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether the upstream answered its last listing or call.
+    pub fn is_up(&self) -> bool {
+        self.read().up
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Listing> {
+        self.listing.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Listing> {
+        self.listing.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Calls a tool by its upstream name; the raw `result`.
+    ///
+    /// The call is a client span (`tools/call <tool>`) whose context goes to
+    /// the upstream both as the W3C `traceparent`/`tracestate` headers and
+    /// in the request's `_meta` (where MCP servers look for it), replacing
+    /// any the agent sent: the upstream's work continues the gateway's
+    /// trace. The call is timed into `mcp.client.operation.duration`.
+    pub(crate) async fn call(
+        &self,
+        tool: &UpstreamTool,
+        arguments: Option<&Map<String, Value>>,
+        meta: Option<&Map<String, Value>>,
+        headers: &HeaderMap,
+    ) -> Result<Value, CallError> {
+        let name = &tool.upstream_name;
+        let span = tracing::info_span!(
+            "mcp.client",
+            otel.name = %format!("tools/call {name}"),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %name,
+            gen_ai.operation.name = "execute_tool",
+            upstream = %self.name(),
+            server.address = self.client.host(),
+            server.port = self.client.port(),
+            network.transport = "tcp",
+            network.protocol.name = "http",
+            error.type = Empty,
+        );
+        let (headers, meta) = span.in_scope(|| with_trace_context(headers, meta));
+        let started = Instant::now();
+        let result = self
+            .client
+            .call_tool(name, arguments, meta.as_ref(), &headers)
+            .instrument(span.clone())
+            .await;
+        let error_type = match &result {
+            Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => {
+                Some("tool_error".to_owned())
+            }
+            Ok(_) => None,
+            Err(e) => Some(e.error_type()),
+        };
+        self.metrics.record_call(self.name(), name, started.elapsed(), error_type.as_deref());
+        if let Some(error_type) = &error_type {
+            span.record("error.type", error_type.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+        match &result {
+            Err(CallError::Unavailable(why)) => {
+                let mut listing = self.write();
+                if listing.up {
+                    tracing::warn!(upstream = %self.name(), error = %why, "upstream unavailable");
+                }
+                listing.up = false;
+                listing.last_error = Some(why.clone());
+                drop(listing);
+                self.recheck.notify_one();
+            }
+            Ok(_) | Err(CallError::Rpc { .. }) => {
+                let mut listing = self.write();
+                if !listing.up && !listing.tools.is_empty() {
+                    listing.up = true;
+                    listing.last_error = None;
+                }
+            }
+        }
+        result
+    }
+
+    /// Fetches the tool list and keeps the offered, well-formed tools. The
+    /// listing (all its pages) is timed into `mcp.client.operation.duration`;
+    /// it makes no span, being background work on a timer.
+    async fn refresh(&self) -> Result<usize, String> {
+        let started = Instant::now();
+        let listed = self.client.list_tools().await;
+        let error_type = listed.as_ref().err().map(CallError::error_type);
+        self.metrics.record_listing(self.name(), started.elapsed(), error_type.as_deref());
+        let listed = listed.map_err(|e| e.to_string())?;
+        let mut tools = HashMap::new();
+        for raw in listed {
+            match self.adopt(raw) {
+                Ok(Some(tool)) => {
+                    tools.insert(tool.tool.name.to_string(), Arc::new(tool));
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::warn!(upstream = %self.name(), error = %why, "upstream tool skipped");
+                }
+            }
+        }
+        let count = tools.len();
+        let mut listing = self.write();
+        listing.tools = Arc::new(tools);
+        listing.up = true;
+        listing.last_error = None;
+        Ok(count)
+    }
+
+    /// A listed tool, namespaced; `None` if the allow-list leaves it out.
+    fn adopt(&self, raw: Value) -> Result<Option<UpstreamTool>, String> {
+        let mut tool: Tool =
+            serde_json::from_value(raw).map_err(|e| format!("unreadable tool: {e}"))?;
+        let upstream_name = tool.name.to_string();
+        if !self.config.offers(&upstream_name) {
+            return Ok(None);
+        }
+        let name = format!("{}{NAMESPACE_SEPARATOR}{upstream_name}", self.config.name);
+        let valid = name.len() <= MAX_TOOL_NAME
+            && upstream_name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if !valid {
+            return Err(format!("tool {upstream_name:?}: not a valid tool name once namespaced"));
+        }
+        let schema = Value::Object((*tool.input_schema).clone());
+        let validator = jsonschema::validator_for(&schema).map_err(|e| {
+            format!("tool {upstream_name:?}: its inputSchema does not compile: {e}")
+        })?;
+        tool.name = name.into();
+        Ok(Some(UpstreamTool { tool, upstream_name, validator }))
+    }
+
+    /// Keeps the tool list fresh: every `refresh_seconds` while the upstream
+    /// answers, sooner (with backoff) while it does not.
+    async fn refresher(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut retry = FIRST_RETRY;
+        loop {
+            let wait = match self.refresh().await {
+                Ok(count) => {
+                    if retry != FIRST_RETRY {
+                        tracing::info!(upstream = %self.name(), tools = count, "upstream is back");
+                    }
+                    retry = FIRST_RETRY;
+                    self.config.refresh()
+                }
+                Err(why) => {
+                    {
+                        let mut listing = self.write();
+                        if listing.up || retry == FIRST_RETRY {
+                            tracing::warn!(upstream = %self.name(), error = %why,
+                                "upstream tool listing failed; its tools are hidden until it answers");
+                        }
+                        listing.up = false;
+                        listing.last_error = Some(why);
+                    }
+                    let wait = retry;
+                    retry = (retry * 2).min(self.config.refresh());
+                    wait
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+                () = self.recheck.notified() => {
+                    // A call failed: check again soon, not at once.
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(FIRST_RETRY) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The headers and `_meta` of a request, with the current span's trace
+/// context added (W3C Trace Context; in `_meta` as SEP-414 proposes).
+/// Without exported traces there is no context and both stay as they are.
+fn with_trace_context(
+    headers: &HeaderMap,
+    meta: Option<&Map<String, Value>>,
+) -> (HeaderMap, Option<Map<String, Value>>) {
+    let mut context = HeaderMap::new();
+    foldgate_telemetry::inject_current_context(&mut context);
+    let mut headers = headers.clone();
+    if context.is_empty() {
+        return (headers, meta.cloned());
+    }
+    let mut meta = meta.cloned().unwrap_or_default();
+    for (name, value) in &context {
+        if let Ok(text) = value.to_str() {
+            meta.insert(name.as_str().to_owned(), Value::String(text.to_owned()));
+        }
+        headers.insert(name.clone(), value.clone());
+    }
+    (headers, Some(meta))
+}
+
+/// What a tool name resolves to for a principal.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Not an upstream tool, or not one this principal may see.
+    Unknown,
+    /// Visible to the tenant, but the token lacks this scope.
+    MissingScope(String),
+    Found(Arc<Upstream>, Arc<UpstreamTool>),
+}
+
+/// Every configured upstream.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    list: Vec<Arc<Upstream>>,
+}
+
+impl Upstreams {
+    /// No upstreams.
+    pub fn none() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Builds the clients, resolving `${VAR}`s with `env`, recording into
+    /// `metrics`. Nothing is contacted until [`Upstreams::start`].
+    pub fn new(
+        configs: &[UpstreamConfig],
+        env: impl Fn(&str) -> Option<String>,
+        metrics: &UpstreamMetrics,
+    ) -> Result<Arc<Self>, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("building the upstream HTTP client: {e}"))?;
+        let mut list = Vec::with_capacity(configs.len());
+        for config in configs {
+            let at = |e: String| format!("upstream {:?}: {e}", config.name);
+            config.validate().map_err(at)?;
+            if list.iter().any(|u: &Arc<Upstream>| u.config.name == config.name) {
+                return Err(at("the name is used twice".into()));
+            }
+            let mut headers = HeaderMap::new();
+            for (name, value) in &config.headers {
+                let value =
+                    expand_env(value, &env).map_err(|e| at(format!("headers.{name}: {e}")))?;
+                let name =
+                    HeaderName::from_bytes(name.as_bytes()).map_err(|e| at(e.to_string()))?;
+                let mut value = HeaderValue::from_str(&value)
+                    .map_err(|_| at(format!("headers.{name}: not a valid header value")))?;
+                value.set_sensitive(true);
+                headers.insert(name, value);
+            }
+            let oauth = match &config.oauth {
+                None => None,
+                Some(o) => Some(TokenSource::new(Grant {
+                    token_url: o.token_url.clone(),
+                    client_id: expand_env(&o.client_id, &env)
+                        .map_err(|e| at(format!("oauth.client_id: {e}")))?,
+                    client_secret: expand_env(&o.client_secret, &env)
+                        .map_err(|e| at(format!("oauth.client_secret: {e}")))?,
+                    scope: o.scope.clone(),
+                    resource: o.resource.clone(),
+                })),
+            };
+            let url = reqwest::Url::parse(&config.url).map_err(|e| at(e.to_string()))?;
+            let client = McpClient::new(
+                http.clone(),
+                url,
+                headers,
+                oauth,
+                config.timeout(),
+                config.max_response_bytes,
+            );
+            list.push(Arc::new(Upstream {
+                config: config.clone(),
+                client,
+                listing: RwLock::new(Listing::default()),
+                recheck: Notify::new(),
+                metrics: metrics.clone(),
+            }));
+        }
+        Ok(Arc::new(Self { list }))
+    }
+
+    /// Starts keeping every upstream's tool list fresh, until `shutdown`.
+    pub fn start(&self, shutdown: &CancellationToken) {
+        for upstream in &self.list {
+            tokio::spawn(Arc::clone(upstream).refresher(shutdown.child_token()));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.list.iter()
+    }
+
+    /// The tools a principal sees: of upstreams that serve its tenant, that
+    /// its token has the scope for, and that are answering.
+    pub fn tools_for(&self, who: &Authenticated) -> Vec<Tool> {
+        let mut tools = Vec::new();
+        for upstream in self.visible(who) {
+            if !who.has_scope(upstream.config.required_scope()) {
+                continue;
+            }
+            let listing = upstream.read();
+            if !listing.up {
+                continue;
+            }
+            let mut names: Vec<&String> = listing.tools.keys().collect();
+            names.sort();
+            tools.extend(
+                names.into_iter().filter_map(|n| listing.tools.get(n)).map(|t| t.tool.clone()),
+            );
+        }
+        tools
+    }
+
+    /// Resolves a namespaced tool name for a principal. A tool of an
+    /// upstream that is down is still found (and tried) if it was listed.
+    pub fn lookup(&self, who: &Authenticated, name: &str) -> Lookup {
+        let Some((prefix, _)) = name.split_once(NAMESPACE_SEPARATOR) else {
+            return Lookup::Unknown;
+        };
+        let Some(upstream) = self.visible(who).find(|u| u.config.name == prefix) else {
+            return Lookup::Unknown;
+        };
+        let tool = upstream.read().tools.get(name).cloned();
+        let Some(tool) = tool else {
+            return Lookup::Unknown;
+        };
+        let scope = upstream.config.required_scope();
+        if !who.has_scope(scope) {
+            return Lookup::MissingScope(scope.to_owned());
+        }
+        Lookup::Found(Arc::clone(upstream), tool)
+    }
+
+    fn visible<'a>(&'a self, who: &'a Authenticated) -> impl Iterator<Item = &'a Arc<Upstream>> {
+        self.list.iter().filter(|u| u.config.serves_tenant(who.principal.tenant.as_str()))
+    }
+
+    /// Per upstream: name, whether it answers, tools offered, last error.
+    pub fn health(&self) -> Vec<(String, bool, usize, Option<String>)> {
+        self.list
+            .iter()
+            .map(|u| {
+                let l = u.read();
+                (u.config.name.clone(), l.up, l.tools.len(), l.last_error.clone())
+            })
+            .collect()
+    }
+}

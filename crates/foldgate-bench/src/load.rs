@@ -1,0 +1,780 @@
+//! Simulated agents: each holds its own MCP clients and JWTs and runs one
+//! kind of work in a loop, closed (the next call starts when the last one
+//! ended) or paced (open loop: calls are due at a fixed rate, and latency
+//! counts from when a call was due, so queueing is not hidden).
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use foldgate_api::auth::{Secret, mint_hs256};
+use foldgate_domain::{Subject, TenantId};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::{io::AsyncWriteExt, sync::Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    client::{CallError, ClientOptions, McpClient},
+    process::{CpuMark, CpuUse, ProcSample, sample_until},
+    stats::{Live, Measured, Recorder},
+};
+
+pub const BRANCH_CREATE: &str = "branch_create";
+pub const BRANCH_STATUS: &str = "branch_status";
+pub const BRANCH_RETURN: &str = "branch_return";
+pub const SESSION_END: &str = "session_end";
+
+/// How long a URL that refused a connection is skipped, when there are
+/// others; doubled for each failure in a row, up to `MAX_STRIKES` times.
+const EJECTION: Duration = Duration::from_secs(2);
+const MAX_STRIKES: u32 = 5;
+
+/// The `_meta` key naming the branch an upstream tool call is metered to.
+pub const BRANCH_META_KEY: &str = "foldgate/branch_id";
+
+/// What each agent does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Fold cycles: create, status, nested create, return the child, return
+    /// the parent.
+    Fold,
+    /// `branch_status` of a branch the agent opened at the start.
+    Status,
+    /// Upstream tool calls through the gateway, metered to a branch the
+    /// agent opens (and replaces every `calls_per_branch` calls).
+    Proxy,
+    /// Calls of a plain `echo` tool (the baseline server's).
+    Echo,
+}
+
+/// How agents spread over several URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Balance {
+    /// Each request goes to the next URL, like a round-robin load balancer
+    /// (one that refused a connection is skipped for 2 s, doubling up to
+    /// 32 s while it keeps refusing).
+    Request,
+    /// Each agent keeps to one URL.
+    Agent,
+}
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stop {
+    /// After this long (plus the warm-up).
+    Duration(#[serde(with = "secs")] Duration),
+    /// After this many units of work: fold cycles, or calls in the other
+    /// modes.
+    Count(u64),
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// How agents authenticate to a gateway.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    /// The gateway's HS256 secret.
+    pub secret: String,
+    /// The token audience; by default each URL is its own audience (the
+    /// gateway's default).
+    pub audience: Option<String>,
+    /// Agents are spread over this many tenants.
+    pub tenants: usize,
+}
+
+/// A server under load.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `gateway` or `baseline`, in reports.
+    pub name: String,
+    pub urls: Vec<String>,
+    /// `None`: no `Authorization` header (the baseline).
+    pub auth: Option<Auth>,
+    /// The server process, for resource samples.
+    pub pid: Option<u32>,
+}
+
+/// What the agents do and for how long.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub mode: Mode,
+    pub agents: usize,
+    pub stop: Stop,
+    /// Calls started during the warm-up are made but not counted.
+    pub warmup: Duration,
+    /// Open loop at this many calls per second; `None` for a closed loop.
+    pub rate: Option<f64>,
+    pub balance: Balance,
+    /// `timeout_seconds` of the branches agents open.
+    pub branch_timeout: u32,
+    /// Fold cycles per session; then the session is ended and a new one
+    /// begins.
+    pub cycles_per_session: u32,
+    /// Every n-th fold cycle (counting all agents' cycles) stops after the
+    /// nested create and leaves both branches to the supervisor's deadline.
+    pub abandon_every: Option<u32>,
+    /// The tool proxied calls use (`<upstream>__<tool>`).
+    pub proxy_tool: String,
+    /// Proxied calls per branch.
+    pub calls_per_branch: u32,
+    /// The tool `echo` mode calls.
+    pub echo_tool: String,
+    /// Pause after a transport failure, so that a server that is down is
+    /// not hammered by a loop of refused connections.
+    pub error_backoff: Duration,
+    pub client: ClientOptions,
+    /// Prefixes tenants and sessions, so runs never share either.
+    pub run_id: String,
+    /// Interval of throughput (and resource) samples.
+    pub sample_interval: Duration,
+    /// Print each sample as it is taken.
+    pub progress: bool,
+    /// Where to write each branch created and returned (JSON lines), for
+    /// later checks against the database.
+    pub record: Option<PathBuf>,
+}
+
+impl Workload {
+    /// A closed-loop workload of `mode` with the defaults of the command
+    /// line: 16 agents for 10 s.
+    pub fn new(mode: Mode, run_id: String) -> Self {
+        Self {
+            mode,
+            agents: 16,
+            stop: Stop::Duration(Duration::from_secs(10)),
+            warmup: Duration::ZERO,
+            rate: None,
+            balance: Balance::Request,
+            branch_timeout: 60,
+            cycles_per_session: 10,
+            abandon_every: None,
+            proxy_tool: "echo__echo".to_owned(),
+            calls_per_branch: 50,
+            echo_tool: crate::echo::TOOL.to_owned(),
+            error_backoff: Duration::from_millis(50),
+            client: ClientOptions::default(),
+            run_id,
+            sample_interval: Duration::from_secs(1),
+            progress: false,
+            record: None,
+        }
+    }
+
+    /// The tenant agent `i` acts for.
+    pub fn tenant(&self, i: usize, tenants: usize) -> String {
+        format!("{}-t{}", self.run_id, i % tenants.max(1))
+    }
+}
+
+/// Throughput over one sample interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tick {
+    /// Seconds since the run started (warm-up included).
+    pub t_s: f64,
+    pub ok_per_s: f64,
+    pub errors_per_s: f64,
+}
+
+/// What a load run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadResult {
+    pub target: String,
+    pub urls: Vec<String>,
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// Throughput per sample interval.
+    pub series: Vec<Tick>,
+    /// Resource samples of the target process.
+    pub process: Vec<ProcSample>,
+    /// CPU used while calls were counted.
+    pub cpu: CpuUse,
+    #[serde(skip)]
+    pub recorder: Recorder,
+}
+
+/// The shared state of a run.
+struct Shared {
+    workload: Workload,
+    /// Where counted calls begin.
+    measure_from: Instant,
+    /// When the run stops (duration runs).
+    end: Option<Instant>,
+    /// Units of work left (count runs).
+    remaining: AtomicI64,
+    /// Fold cycles begun by all agents, numbering them.
+    cycles: AtomicU64,
+    stop: CancellationToken,
+    pacer: Option<Pacer>,
+    live: Live,
+    record: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+impl Shared {
+    /// Takes one unit of work; `false` when the run is over.
+    fn claim(&self) -> bool {
+        if self.stop.is_cancelled() || self.end.is_some_and(|end| Instant::now() >= end) {
+            return false;
+        }
+        match self.workload.stop {
+            Stop::Duration(_) => true,
+            Stop::Count(_) => {
+                if self.remaining.fetch_sub(1, Ordering::Relaxed) > 0 {
+                    true
+                } else {
+                    self.stop.cancel();
+                    false
+                }
+            }
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.stop.is_cancelled() || self.end.is_some_and(|end| Instant::now() >= end)
+    }
+}
+
+/// Issues calls at a fixed rate for an open loop: a task adds a permit
+/// whenever a call falls due, and the `k`-th call taken was due at
+/// `start + k / rate`.
+struct Pacer {
+    start: Instant,
+    rate: f64,
+    permits: Arc<Semaphore>,
+    taken: AtomicU64,
+}
+
+impl Pacer {
+    fn start(rate: f64, stop: CancellationToken) -> Self {
+        let start = Instant::now();
+        let permits = Arc::new(Semaphore::new(0));
+        let issuer = Arc::clone(&permits);
+        tokio::spawn(async move {
+            let mut issued: u64 = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let due = (start.elapsed().as_secs_f64() * rate) as u64;
+                if due > issued {
+                    // At most Semaphore::MAX_PERMITS; a backlog that large
+                    // has long stopped meaning anything.
+                    let add = usize::try_from(due - issued).unwrap_or(usize::MAX).min(1 << 20);
+                    issuer.add_permits(add);
+                    issued = due;
+                }
+            }
+        });
+        Self { start, rate, permits, taken: AtomicU64::new(0) }
+    }
+
+    /// Waits until a call is due; returns when it was due.
+    async fn next(&self, stop: &CancellationToken) -> Option<Instant> {
+        let permit = tokio::select! {
+            permit = self.permits.acquire() => permit.ok()?,
+            () = stop.cancelled() => return None,
+        };
+        permit.forget();
+        let k = self.taken.fetch_add(1, Ordering::Relaxed);
+        Some(self.start + Duration::from_secs_f64(k as f64 / self.rate))
+    }
+}
+
+/// One simulated agent.
+struct Agent {
+    index: usize,
+    clients: Vec<McpClient>,
+    next_client: usize,
+    /// Until when each URL is skipped after a transport failure.
+    ejected: Vec<Option<Instant>>,
+    /// Transport failures in a row, per URL.
+    strikes: Vec<u32>,
+    shared: Arc<Shared>,
+    recorder: Recorder,
+    /// Sessions opened so far; names the next one.
+    sessions: u64,
+    session: String,
+}
+
+impl Agent {
+    fn new_session(&mut self) {
+        self.sessions += 1;
+        self.session =
+            format!("{}-a{}-s{}", self.shared.workload.run_id, self.index, self.sessions);
+    }
+
+    /// The client for the next request: round robin over the URLs (or
+    /// always the agent's own), skipping one that just refused a
+    /// connection, as a load balancer's passive health check would.
+    fn pick(&mut self) -> usize {
+        let n = self.clients.len();
+        if self.shared.workload.balance == Balance::Agent {
+            return self.index % n;
+        }
+        let now = Instant::now();
+        for _ in 0..n {
+            self.next_client = (self.next_client + 1) % n;
+            if self.ejected[self.next_client].is_none_or(|until| until <= now) {
+                return self.next_client;
+            }
+        }
+        // Every URL failed lately: try the next one anyway.
+        self.next_client
+    }
+
+    /// Makes one call, timing and recording it.
+    async fn call(
+        &mut self,
+        tool: &str,
+        args: Value,
+        meta: Option<Value>,
+    ) -> Option<Result<Value, CallError>> {
+        let shared = Arc::clone(&self.shared);
+        let due = match &shared.pacer {
+            Some(pacer) => Some(pacer.next(&shared.stop).await?),
+            None => None,
+        };
+        let slot = self.pick();
+        let started = Instant::now();
+        let result = self.clients[slot].call_tool(tool, args, meta).await;
+        if self.clients.len() > 1 {
+            if result.as_ref().is_err_and(CallError::is_transport) {
+                // Each failure in a row doubles the time the URL is skipped.
+                let strikes = &mut self.strikes[slot];
+                *strikes = (*strikes + 1).min(MAX_STRIKES);
+                self.ejected[slot] = Some(started + EJECTION * (1 << (*strikes - 1)));
+            } else {
+                self.strikes[slot] = 0;
+            }
+        }
+        let latency = started.elapsed()
+            + due.map_or(Duration::ZERO, |d| started.saturating_duration_since(d));
+        let counted = started >= shared.measure_from;
+        match &result {
+            Ok(_) => {
+                if counted {
+                    self.recorder.ok(tool, latency);
+                }
+                shared.live.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if counted {
+                    self.recorder.error(tool, e);
+                }
+                shared.live.errors.fetch_add(1, Ordering::Relaxed);
+                if e.is_transport() || matches!(e, CallError::Http { status: 503 | 502, .. }) {
+                    tokio::time::sleep(shared.workload.error_backoff).await;
+                }
+            }
+        }
+        Some(result)
+    }
+
+    fn record(&self, event: &str, branch: &Value, extra: Value) {
+        let Some(tx) = &self.shared.record else { return };
+        let mut line = json!({
+            "event": event,
+            "branch_id": branch.get("branch_id"),
+            "session_id": self.session,
+            "at_ms": chrono::Utc::now().timestamp_millis(),
+        });
+        if let (Value::Object(line), Value::Object(extra)) = (&mut line, extra) {
+            line.extend(extra);
+        }
+        let _ = tx.send(line.to_string());
+    }
+
+    async fn create(
+        &mut self,
+        description: &str,
+        parent: Option<&str>,
+    ) -> Option<Result<String, CallError>> {
+        let mut args = json!({
+            "session_id": self.session,
+            "description": description,
+            "prompt": "Find where HTTP retries are configured and report the setting.",
+            "timeout_seconds": self.shared.workload.branch_timeout,
+        });
+        if let Some(parent) = parent {
+            args["parent_branch_id"] = parent.into();
+        }
+        let created = self.call(BRANCH_CREATE, args, None).await?;
+        Some(created.and_then(|v| {
+            let id = v.get("branch_id").and_then(Value::as_str).map(str::to_owned);
+            match id {
+                Some(id) => {
+                    self.record(
+                        "created",
+                        &v,
+                        json!({"deadline_at": v.get("deadline_at"), "depth": v.get("depth")}),
+                    );
+                    Ok(id)
+                }
+                None => Err(CallError::Protocol(format!(
+                    "branch_create answered without a branch_id: {v}"
+                ))),
+            }
+        }))
+    }
+
+    async fn return_branch(&mut self, id: &str) -> Option<Result<Value, CallError>> {
+        let args = json!({
+            "branch_id": id,
+            "message": "Retries are set in config/http.rs: 3 attempts with exponential backoff.",
+        });
+        let returned = self.call(BRANCH_RETURN, args, None).await?;
+        if let Ok(v) = &returned {
+            self.record("returned", v, json!({"status": v.get("status")}));
+        }
+        Some(returned)
+    }
+
+    async fn run(mut self) -> Recorder {
+        match self.shared.workload.mode {
+            Mode::Fold => self.fold().await,
+            Mode::Status => self.status().await,
+            Mode::Proxy => self.proxy().await,
+            Mode::Echo => self.echo().await,
+        }
+        self.recorder
+    }
+
+    async fn fold(&mut self) {
+        let mut in_session = 0;
+        while self.shared.claim() {
+            let cycle = self.shared.cycles.fetch_add(1, Ordering::Relaxed) + 1;
+            if in_session >= self.shared.workload.cycles_per_session {
+                if self.call(SESSION_END, json!({"session_id": self.session}), None).await.is_none()
+                {
+                    return;
+                }
+                self.new_session();
+                in_session = 0;
+            }
+            in_session += 1;
+            match self.fold_cycle(cycle).await {
+                None => return,
+                Some(Ok(completed)) => {
+                    if self.shared.measure_from <= Instant::now() {
+                        if completed {
+                            self.recorder.cycles += 1;
+                        } else {
+                            self.recorder.abandoned += 1;
+                        }
+                    }
+                    if !completed {
+                        self.new_session();
+                        in_session = 0;
+                    }
+                }
+                // A failed step leaves branches behind (their deadlines end
+                // them); the next cycle starts in a clean session.
+                Some(Err(_)) => {
+                    self.new_session();
+                    in_session = 0;
+                }
+            }
+        }
+    }
+
+    /// One fold cycle; `Ok(false)` when it was deliberately abandoned.
+    async fn fold_cycle(&mut self, cycle: u64) -> Option<Result<bool, CallError>> {
+        let parent = match self.create("Investigate the retry configuration", None).await? {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Err(e) = self.call(BRANCH_STATUS, json!({"branch_id": parent}), None).await? {
+            return Some(Err(e));
+        }
+        let child = match self.create("Read config/http.rs", None).await? {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        if self
+            .shared
+            .workload
+            .abandon_every
+            .is_some_and(|n| n > 0 && cycle.is_multiple_of(u64::from(n)))
+        {
+            return Some(Ok(false));
+        }
+        if let Err(e) = self.return_branch(&child).await? {
+            return Some(Err(e));
+        }
+        if let Err(e) = self.return_branch(&parent).await? {
+            return Some(Err(e));
+        }
+        Some(Ok(true))
+    }
+
+    /// Opens the branch that status and proxy modes work against, retrying
+    /// until it exists or the run is over.
+    async fn open_branch(&mut self) -> Option<String> {
+        while !self.shared.over() {
+            self.new_session();
+            match self.create("Long-running investigation", None).await? {
+                Ok(id) => return Some(id),
+                Err(_) => tokio::time::sleep(self.shared.workload.error_backoff).await,
+            }
+        }
+        None
+    }
+
+    async fn status(&mut self) {
+        let Some(branch) = self.open_branch().await else { return };
+        while self.shared.claim() {
+            if self.call(BRANCH_STATUS, json!({"branch_id": branch}), None).await.is_none() {
+                return;
+            }
+        }
+    }
+
+    async fn proxy(&mut self) {
+        let tool = self.shared.workload.proxy_tool.clone();
+        let per_branch = self.shared.workload.calls_per_branch.max(1);
+        let Some(mut branch) = self.open_branch().await else { return };
+        let mut calls = 0;
+        while self.shared.claim() {
+            let meta = json!({ BRANCH_META_KEY: branch });
+            let args = json!({"text": "GET /api/v1/config HTTP/1.1 — 200 OK, 412 bytes"});
+            let Some(result) = self.call(&tool, args, Some(meta)).await else { return };
+            calls += 1;
+            // A refused call may mean the branch ran out of budget: start a
+            // fresh one, as an agent would.
+            if calls >= per_branch || result.is_err() {
+                if result.is_ok() && self.return_branch(&branch).await.is_none() {
+                    return;
+                }
+                let Some(next) = self.open_branch().await else { return };
+                branch = next;
+                calls = 0;
+            }
+        }
+    }
+
+    async fn echo(&mut self) {
+        let tool = self.shared.workload.echo_tool.clone();
+        while self.shared.claim() {
+            let args = json!({"text": "GET /api/v1/config HTTP/1.1 — 200 OK, 412 bytes"});
+            if self.call(&tool, args, None).await.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+/// Mints a token for agent `i` of a target: its tenant, subject
+/// `agent-<i>`.
+pub(crate) fn agent_token(
+    auth: &Auth,
+    workload: &Workload,
+    i: usize,
+    url: &str,
+) -> anyhow::Result<String> {
+    mint(auth, &workload.tenant(i, auth.tenants), &format!("agent-{i}"), url)
+}
+
+/// Mints a token with both scopes for `tenant` and `subject`, valid a day,
+/// for the gateway at `url`.
+pub fn mint(auth: &Auth, tenant: &str, subject: &str, url: &str) -> anyhow::Result<String> {
+    let audience = auth.audience.as_deref().unwrap_or(url);
+    Ok(mint_hs256(
+        &Secret::new(auth.secret.clone()),
+        &TenantId::parse(tenant)?,
+        &Subject::parse(subject)?,
+        ["fold:read", "fold:write"],
+        Duration::from_secs(24 * 3600),
+        None,
+        Some(audience),
+    )?)
+}
+
+/// Runs the workload against a target and gathers its figures.
+pub async fn run(target: &Target, workload: &Workload) -> anyhow::Result<LoadResult> {
+    anyhow::ensure!(!target.urls.is_empty(), "no URL to load");
+    anyhow::ensure!(workload.agents > 0, "at least one agent is needed");
+    // Clients and tokens are made before the clock starts.
+    let mut agents_clients = Vec::with_capacity(workload.agents);
+    for i in 0..workload.agents {
+        let mut clients = Vec::with_capacity(target.urls.len());
+        for url in &target.urls {
+            let token =
+                target.auth.as_ref().map(|auth| agent_token(auth, workload, i, url)).transpose()?;
+            clients.push(McpClient::new(url, token.as_deref(), &workload.client)?);
+        }
+        agents_clients.push(clients);
+    }
+
+    let (record_tx, record_task) = match &workload.record {
+        Some(path) => {
+            let file = tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .await
+                .with_context(|| format!("opening {}", path.display()))?;
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let task = tokio::spawn(async move {
+                let mut out = tokio::io::BufWriter::new(file);
+                while let Some(line) = rx.recv().await {
+                    out.write_all(line.as_bytes()).await?;
+                    out.write_all(b"\n").await?;
+                }
+                out.flush().await
+            });
+            (Some(tx), Some(task))
+        }
+        None => (None, None),
+    };
+
+    let start = Instant::now();
+    let measure_from = start + workload.warmup;
+    let stop = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        workload: workload.clone(),
+        measure_from,
+        end: match workload.stop {
+            Stop::Duration(d) => Some(measure_from + d),
+            Stop::Count(_) => None,
+        },
+        remaining: AtomicI64::new(match workload.stop {
+            Stop::Count(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            Stop::Duration(_) => i64::MAX,
+        }),
+        cycles: AtomicU64::new(0),
+        pacer: workload.rate.map(|rate| Pacer::start(rate, stop.clone())),
+        stop: stop.clone(),
+        live: Live::default(),
+        record: record_tx,
+    });
+
+    let sampler_stop = CancellationToken::new();
+    let proc_task = target
+        .pid
+        .map(|pid| tokio::spawn(sample_until(pid, workload.sample_interval, sampler_stop.clone())));
+    let ticks_task = tokio::spawn(ticks(Arc::clone(&shared), start, sampler_stop.clone()));
+    if let Stop::Duration(_) = workload.stop {
+        let stop = stop.clone();
+        let end = measure_from
+            + match workload.stop {
+                Stop::Duration(d) => d,
+                Stop::Count(_) => Duration::ZERO,
+            };
+        tokio::spawn(async move {
+            tokio::time::sleep_until(end.into()).await;
+            stop.cancel();
+        });
+    }
+
+    let pid = target.pid;
+    let cpu_start = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        CpuMark::now(pid)
+    });
+    let mut tasks = Vec::with_capacity(workload.agents);
+    for (index, clients) in agents_clients.into_iter().enumerate() {
+        let agent = Agent {
+            index,
+            next_client: index,
+            ejected: vec![None; clients.len()],
+            strikes: vec![0; clients.len()],
+            clients,
+            shared: Arc::clone(&shared),
+            recorder: Recorder::default(),
+            sessions: 0,
+            session: String::new(),
+        };
+        let mut agent = agent;
+        agent.new_session();
+        tasks.push(tokio::spawn(agent.run()));
+    }
+    let mut recorder = Recorder::default();
+    for task in tasks {
+        recorder.merge(&task.await.context("an agent task failed")?);
+    }
+    let ended = Instant::now();
+    let cpu_end = CpuMark::now(target.pid);
+    stop.cancel();
+    sampler_stop.cancel();
+    let series = ticks_task.await.unwrap_or_default();
+    let process = match proc_task {
+        Some(task) => task.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    drop(shared);
+    if let Some(task) = record_task {
+        task.await.context("the record writer failed")??;
+    }
+    let measured = recorder.summary(ended.saturating_duration_since(measure_from));
+    // A run that ended before its warm-up did has nothing to account.
+    let cpu = match cpu_start.is_finished() {
+        true => cpu_start.await.map_or_else(
+            |_| CpuUse::default(),
+            |start| start.until(&cpu_end, measured.elapsed_s, measured.ok_calls),
+        ),
+        false => {
+            cpu_start.abort();
+            CpuUse::default()
+        }
+    };
+    Ok(LoadResult {
+        target: target.name.clone(),
+        urls: target.urls.clone(),
+        measured,
+        series,
+        process,
+        cpu,
+        recorder,
+    })
+}
+
+/// Samples throughput every interval until stopped.
+async fn ticks(shared: Arc<Shared>, start: Instant, stop: CancellationToken) -> Vec<Tick> {
+    let interval = shared.workload.sample_interval;
+    let mut series = Vec::new();
+    let mut last = (0, 0);
+    let mut last_at = Instant::now();
+    let mut ticker = tokio::time::interval_at((start + interval).into(), interval);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return series,
+        }
+        let now = Instant::now();
+        let (ok, errors) = shared.live.snapshot();
+        let secs = now.duration_since(last_at).as_secs_f64().max(f64::EPSILON);
+        let tick = Tick {
+            t_s: now.duration_since(start).as_secs_f64(),
+            ok_per_s: (ok - last.0) as f64 / secs,
+            errors_per_s: (errors - last.1) as f64 / secs,
+        };
+        if shared.workload.progress {
+            eprintln!(
+                "[{:>7.1} s] {:>9.1} ok/s {:>8.1} errors/s",
+                tick.t_s, tick.ok_per_s, tick.errors_per_s
+            );
+        }
+        series.push(tick);
+        last = (ok, errors);
+        last_at = now;
+    }
+}

@@ -1,0 +1,73 @@
+//! The `[telemetry]` settings of the gateway's configuration. Where metrics
+//! and traces are exported is not here: the standard `OTEL_*` variables say
+//! it (see [`OtelSettings`](crate::OtelSettings)).
+
+use std::{io::IsTerminal, time::Duration};
+
+use serde::Deserialize;
+
+/// How log lines are written to standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable when standard error is a terminal, JSON otherwise.
+    #[default]
+    Auto,
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl LogFormat {
+    /// Whether lines are written as JSON, deciding `Auto` by looking at
+    /// standard error.
+    pub fn is_json(self) -> bool {
+        match self {
+            Self::Auto => !std::io::stderr().is_terminal(),
+            Self::Text => false,
+            Self::Json => true,
+        }
+    }
+}
+
+/// Logging and metric collection settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// How log lines are written (`auto`, `text` or `json`). Which lines is
+    /// decided by `RUST_LOG` (default `info`).
+    pub log_format: LogFormat,
+    /// How often the gauges read from the database (active branches per
+    /// tenant) are refreshed, in milliseconds. Scrapes and pushes in between
+    /// report the last reading.
+    #[serde(with = "millis")]
+    pub store_poll_interval: Duration,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self { log_format: LogFormat::Auto, store_poll_interval: Duration::from_secs(10) }
+    }
+}
+
+impl TelemetryConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.store_poll_interval < Duration::from_millis(10)
+            || self.store_poll_interval > Duration::from_secs(3600)
+        {
+            return Err("store_poll_interval must be between 10 ms and 1 h".into());
+        }
+        Ok(())
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
