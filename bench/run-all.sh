@@ -75,6 +75,17 @@ if ! "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
     echo "proxy run failed (see $OUT/proxy-16.txt)"
 fi
 
+# The latency a proxied call gains through the gateway, against calling the
+# upstream directly: metered to a branch, and outside any branch.
+for mode in proxy proxy-outside; do
+    echo "== $mode, 1 agent"
+    fresh_db "${mode//-/_}1"
+    "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
+        --gateway-log "$OUT/$mode-1.gateway.log" --baseline --rounds "$ROUNDS" \
+        --mode "$mode" --agents 1 --duration "$DURATION" \
+        --json "$OUT/$mode-1.json" | tee "$OUT/$mode-1.txt" || echo "$mode run failed"
+done
+
 echo "== deadline scale: $BRANCHES branches"
 fresh_db deadlines
 "$BENCH" deadlines --spawn-gateway "$FOLDGATE" --database-url "$DB" \

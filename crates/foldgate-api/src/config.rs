@@ -32,6 +32,12 @@ pub struct ApiConfig {
     /// On shutdown, how long in-flight requests may take to finish.
     #[serde(with = "seconds")]
     pub shutdown_grace: Duration,
+    /// How long an HTTP/1 connection may take to send a complete request
+    /// head, counted from when it opens or its previous response was sent;
+    /// then it is closed. Bounds half-sent requests and idle keep-alive
+    /// connections alike.
+    #[serde(with = "seconds")]
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ApiConfig {
@@ -44,6 +50,7 @@ impl Default for ApiConfig {
             rate_limit: RateLimitConfig::default(),
             request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -61,6 +68,9 @@ impl ApiConfig {
         }
         if self.request_timeout.is_zero() {
             return Err("request_timeout must be positive".into());
+        }
+        if self.header_read_timeout.is_zero() {
+            return Err("header_read_timeout must be positive".into());
         }
         Ok(())
     }

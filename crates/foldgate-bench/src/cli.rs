@@ -429,7 +429,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // its upstream.
     let mut upstream = None;
     let mut extra_toml = String::new();
-    if workload.mode == Mode::Proxy && args.gateway.spawn_gateway.is_some() {
+    if matches!(workload.mode, Mode::Proxy | Mode::ProxyOutside)
+        && args.gateway.spawn_gateway.is_some()
+    {
         let echo = process::spawn_echo_server().await?;
         extra_toml = format!(
             "[[upstreams]]\nname = {:?}\nurl = {:?}\ntimeout_seconds = 30\n",

@@ -51,6 +51,10 @@ pub enum Mode {
     /// Upstream tool calls through the gateway, metered to a branch the
     /// agent opens (and replaces every `calls_per_branch` calls).
     Proxy,
+    /// Upstream tool calls through the gateway outside any branch: the agent
+    /// has no open session, so the gateway only adds the call to its
+    /// per-tenant usage.
+    ProxyOutside,
     /// Calls of a plain `echo` tool (the baseline server's).
     Echo,
 }
@@ -453,7 +457,14 @@ impl Agent {
             Mode::Fold => self.fold().await,
             Mode::Status => self.status().await,
             Mode::Proxy => self.proxy().await,
-            Mode::Echo => self.echo().await,
+            Mode::ProxyOutside => {
+                let tool = self.shared.workload.proxy_tool.clone();
+                self.plain_calls(&tool).await;
+            }
+            Mode::Echo => {
+                let tool = self.shared.workload.echo_tool.clone();
+                self.plain_calls(&tool).await;
+            }
         }
         self.recorder
     }
@@ -571,11 +582,11 @@ impl Agent {
         }
     }
 
-    async fn echo(&mut self) {
-        let tool = self.shared.workload.echo_tool.clone();
+    /// Calls `tool` with the echo arguments and no branch.
+    async fn plain_calls(&mut self, tool: &str) {
         while self.shared.claim() {
             let args = json!({"text": "GET /api/v1/config HTTP/1.1 — 200 OK, 412 bytes"});
-            if self.call(&tool, args, None).await.is_none() {
+            if self.call(tool, args, None).await.is_none() {
                 return;
             }
         }

@@ -322,9 +322,6 @@ pub async fn spawn_gateway(spec: &GatewaySpawn) -> anyhow::Result<Spawned> {
         .arg(&config);
     clear_gateway_environment(&mut command);
     command.env("FOLDGATE_JWT_SECRET", &spec.jwt_secret);
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env("RUST_LOG", "info");
-    }
     let stderr = match &spec.log {
         Some(path) => Stdio::from(std::fs::File::create(path)?),
         None => Stdio::null(),

@@ -157,7 +157,7 @@ impl RunReport {
         let gateway_tool = match workload.mode {
             Mode::Fold => None,
             Mode::Status => Some(crate::load::BRANCH_STATUS.to_owned()),
-            Mode::Proxy => Some(workload.proxy_tool.clone()),
+            Mode::Proxy | Mode::ProxyOutside => Some(workload.proxy_tool.clone()),
             Mode::Echo => Some(workload.echo_tool.clone()),
         };
         let comparison = match (&gateway, &baseline) {

@@ -349,9 +349,9 @@ async fn check_books(
     whole_database: bool,
 ) -> anyhow::Result<()> {
     let tenants: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT u.tenant_id, u.active_branches, \
+        "SELECT u.tenant_id, CAST(SUM(u.active_branches) AS BIGINT), \
                 (SELECT count(*) FROM branches b WHERE b.tenant_id = u.tenant_id AND b.status = 'active') \
-         FROM tenant_usage u WHERE u.tenant_id LIKE $1",
+         FROM tenant_usage u WHERE u.tenant_id LIKE $1 GROUP BY u.tenant_id",
     )
     .bind(pattern)
     .fetch_all(&mut *db)
@@ -362,9 +362,11 @@ async fn check_books(
         .map(|(tenant, counter, active)| format!("{tenant}: counter {counter}, active {active}"))
         .collect();
     if whole_database {
-        let counter: i64 = sqlx::query_scalar("SELECT active_branches FROM deployment_usage")
-            .fetch_one(&mut *db)
-            .await?;
+        let counter: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(active_branches), 0) AS BIGINT) FROM deployment_usage",
+        )
+        .fetch_one(&mut *db)
+        .await?;
         let active: i64 =
             sqlx::query_scalar("SELECT count(*) FROM branches WHERE status = 'active'")
                 .fetch_one(&mut *db)

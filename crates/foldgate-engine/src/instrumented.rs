@@ -21,8 +21,8 @@ use foldgate_domain::{
     Branch, BranchId, Consumption, Session, SessionId, Subject, TenantId, Tokens,
 };
 use foldgate_store::{
-    Backend, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    NewBranch, OutsideUsage, PoolUsage, Store, StoreError,
+    Backend, BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished,
+    IdleSession, NewBranch, OutsideUsage, PoolUsage, Store, StoreError,
 };
 use opentelemetry::{
     KeyValue,
@@ -222,6 +222,10 @@ impl Store for InstrumentedStore {
         finish: Finish,
     ) -> Result<Finished, StoreError> {
         self.timed("finish", self.inner.finish(tenant, id, finish)).await
+    }
+
+    async fn finish_batch(&self, batch: &[BatchFinish]) -> Result<Vec<Branch>, StoreError> {
+        self.timed("finish_batch", self.inner.finish_batch(batch)).await
     }
 
     async fn end_session(

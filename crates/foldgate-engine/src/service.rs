@@ -14,8 +14,8 @@ use foldgate_domain::{
     Outcome, Principal, Prompt, SessionId, TenantId, TimeoutRequest, Tokens,
 };
 use foldgate_store::{
-    CallRecord, CallSummary, CreateRefusal, CreateRules, Finish, Finished, NewBranch, OutsideUsage,
-    ParentChoice, Store,
+    BatchFinish, CallRecord, CallSummary, CreateRefusal, CreateRules, DueBranch, Finish, Finished,
+    NewBranch, OutsideUsage, ParentChoice, Store,
 };
 use tokio::sync::Notify;
 
@@ -567,13 +567,7 @@ impl FoldingService {
         id: BranchId,
         reason: EndReason,
     ) -> Result<Option<Branch>, FoldError> {
-        let finish = Finish {
-            status: reason.status(),
-            reason: Some(reason),
-            result: None,
-            result_tokens: 0,
-            at: self.clock.now(),
-        };
+        let finish = Finish::forced(reason, self.clock.now());
         let child_reason = match reason {
             EndReason::SessionEnded => EndReason::SessionEnded,
             _ => EndReason::ParentReturning,
@@ -588,6 +582,51 @@ impl FoldingService {
         }
     }
 
+    /// Force-returns branches that fell due, listed deepest first: those
+    /// with no active child all in one transaction, then each of the others
+    /// after its descendants, as [`FoldingService::force_return`] does.
+    /// Returns the branches ended, with their reasons; branches that had
+    /// already ended are left out.
+    pub async fn force_return_due(
+        &self,
+        due: &[DueBranch],
+    ) -> Result<Vec<(Branch, EndReason)>, FoldError> {
+        let at = self.clock.now();
+        let batch: Vec<BatchFinish> = due
+            .iter()
+            .map(|b| BatchFinish {
+                tenant: b.tenant.clone(),
+                id: b.id,
+                finish: Finish::forced(b.reason, at),
+            })
+            .collect();
+        let ended = match self.store.finish_batch(&batch).await {
+            Ok(ended) => ended,
+            Err(e) => {
+                // One by one, the failing branch holds up only itself.
+                tracing::warn!(error = %e, branches = due.len(),
+                    "ending due branches together failed; ending them one by one");
+                Vec::new()
+            }
+        };
+        let mut fired = Vec::with_capacity(due.len());
+        let mut done = std::collections::HashSet::with_capacity(ended.len());
+        for branch in ended {
+            let reason = branch.reason.unwrap_or(EndReason::DeadlineExceeded);
+            self.metrics.ended(&branch);
+            tracing::info!(tenant = %branch.tenant, branch_id = %branch.id, %reason,
+                "branch force-returned");
+            done.insert(branch.id);
+            fired.push((branch, reason));
+        }
+        for b in due.iter().filter(|b| !done.contains(&b.id)) {
+            if let Some(branch) = self.force_return(&b.tenant, b.id, b.reason).await? {
+                fired.push((branch, b.reason));
+            }
+        }
+        Ok(fired)
+    }
+
     /// Ends a branch after ending its active descendants, deepest first.
     async fn end_tree(
         &self,
@@ -599,13 +638,7 @@ impl FoldingService {
         let mut children_ended = Vec::new();
         for _ in 0..CLEANUP_ROUNDS {
             for child in self.store.active_descendants(tenant, id).await? {
-                let child_finish = Finish {
-                    status: child_reason.status(),
-                    reason: Some(child_reason),
-                    result: None,
-                    result_tokens: 0,
-                    at: self.clock.now(),
-                };
+                let child_finish = Finish::forced(child_reason, self.clock.now());
                 if let Finished::Done(ended) =
                     self.store.finish(tenant, child, child_finish).await?
                 {

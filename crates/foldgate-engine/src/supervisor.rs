@@ -48,7 +48,7 @@ impl DeadlineReconciler {
     }
 
     /// One pass: claims due branches batch by batch, deepest first, and
-    /// force-returns each.
+    /// force-returns each batch (in one transaction where it can).
     pub async fn activate(&self) -> Pass {
         let mut pass = Pass { at: Some(self.service.clock().now()), ..Pass::default() };
         if let Err(e) = self.fire_due(&mut pass).await {
@@ -71,18 +71,14 @@ impl DeadlineReconciler {
                 return Ok(());
             }
             due.sort_by_key(|b| std::cmp::Reverse(b.depth));
-            for branch in &due {
-                let fired =
-                    self.service.force_return(&branch.tenant, branch.id, branch.reason).await?;
-                if let Some(fired) = fired {
-                    let late = fired.completed_at.unwrap_or(now) - fired.deadline_at;
-                    if branch.reason == EndReason::DeadlineExceeded {
-                        self.service.metrics().deadline_fired(late.to_std().unwrap_or_default());
-                    }
-                    tracing::debug!(branch_id = %fired.id, reason = %branch.reason,
-                        late_ms = late.num_milliseconds(), "branch due, force-returned");
-                    pass.fired.push((fired.id, branch.reason));
+            for (fired, reason) in self.service.force_return_due(&due).await? {
+                let late = fired.completed_at.unwrap_or(now) - fired.deadline_at;
+                if reason == EndReason::DeadlineExceeded {
+                    self.service.metrics().deadline_fired(late.to_std().unwrap_or_default());
                 }
+                tracing::debug!(branch_id = %fired.id, %reason,
+                    late_ms = late.num_milliseconds(), "branch due, force-returned");
+                pass.fired.push((fired.id, reason));
             }
             if due.len() < self.config.batch_size as usize {
                 return Ok(());

@@ -12,6 +12,7 @@ use foldgate_engine::{
     StatusQuery, SupervisorConfig,
     supervisor::{DeadlineReconciler, IdleSessionReconciler, Supervisor},
 };
+use foldgate_store::DueBranch;
 use foldgate_testkit::{
     Backend, FailingScrubber, ServiceBuilder, TestDb, active_counters, principal,
 };
@@ -58,6 +59,7 @@ on_both_backends!(
     scrubber_failure_leaves_the_branch_active_and_stores_nothing,
     returned_message_is_scrubbed_before_it_is_stored,
     deadline_fires_children_first_with_their_reasons,
+    due_branches_end_together_and_the_books_balance,
     supervisor_fires_a_deadline_within_a_second,
     idle_sessions_are_ended,
     two_engines_fire_each_deadline_exactly_once,
@@ -661,6 +663,68 @@ async fn deadline_fires_children_first_with_their_reasons(backend: Backend) {
     s.force_return(&env.alice.tenant, parent.id, EndReason::DeadlineExceeded).await.unwrap();
     let c = branch(&env, child.id).await;
     assert_eq!((c.status, c.reason), (BranchStatus::Failed, Some(EndReason::ParentReturning)));
+    env.db.cleanup().await;
+}
+
+async fn due_branches_end_together_and_the_books_balance(backend: Backend) {
+    let env = env_with(backend, roomy(Limits::default())).await;
+    let s = &env.service;
+    let bob = principal("globex", "bob");
+    let due_entry = |b: &foldgate_domain::Branch| DueBranch {
+        tenant: b.tenant.clone(),
+        id: b.id,
+        depth: b.depth,
+        reason: EndReason::DeadlineExceeded,
+    };
+    // Twenty sessions over two tenants, each with a branch and its child.
+    let mut due = Vec::new();
+    let mut sessions = Vec::new();
+    for i in 0..10 {
+        for who in [&env.alice, &bob] {
+            let session = format!("s{i}");
+            let parent = create(s, who, &session, Some(4_000)).await;
+            let child = create(s, who, &session, Some(1_000)).await;
+            due.extend([due_entry(&parent), due_entry(&child)]);
+            sessions.push((who.clone(), session));
+        }
+    }
+    // A parent listed without its child, and a branch returned meanwhile.
+    let lone = create(s, &env.alice, "x", Some(4_000)).await;
+    let lone_child = create(s, &env.alice, "x", Some(1_000)).await;
+    let returned = create(s, &env.alice, "y", None).await;
+    s.return_branch(&env.alice, ret(returned.id, "done")).await.unwrap();
+    due.extend([due_entry(&lone), due_entry(&returned)]);
+    sessions.extend([(env.alice.clone(), "x".to_owned()), (env.alice.clone(), "y".to_owned())]);
+    due.sort_by_key(|b| std::cmp::Reverse(b.depth));
+
+    let fired = s.force_return_due(&due).await.unwrap();
+    let fired_ids: Vec<BranchId> = fired.iter().map(|(b, _)| b.id).collect();
+    assert_eq!(fired.len(), 41, "every due branch but the returned one");
+    assert!(!fired_ids.contains(&returned.id));
+    for (b, reason) in &fired {
+        assert_eq!(*reason, EndReason::DeadlineExceeded);
+        assert_eq!((b.status, b.reason), (BranchStatus::Timeout, Some(*reason)));
+    }
+    // Children end before their parents.
+    for entry in due.iter().filter(|e| e.depth == 2) {
+        let child = s.store().branch(&entry.tenant, entry.id).await.unwrap().unwrap();
+        let parent = child.parent.unwrap();
+        let at = |id| fired_ids.iter().position(|f| *f == id).unwrap();
+        assert!(at(child.id) < at(parent), "child first");
+    }
+    let c = branch(&env, lone_child.id).await;
+    assert_eq!((c.status, c.reason), (BranchStatus::Failed, Some(EndReason::ParentReturning)));
+    assert_eq!(branch(&env, returned.id).await.status, BranchStatus::Completed);
+
+    // Every loan is settled and every slot given back.
+    for (who, session) in &sessions {
+        let id = SessionId::parse(session).unwrap();
+        let pool = s.store().session(&who.tenant, &id).await.unwrap().unwrap().ledger;
+        assert_eq!(pool.reserved, 0, "{session}");
+    }
+    assert_eq!(active_counters(&env.db, "acme").await, (0, 0));
+    assert_eq!(active_counters(&env.db, "globex").await, (0, 0));
+    assert!(s.force_return_due(&due).await.unwrap().is_empty(), "idempotent");
     env.db.cleanup().await;
 }
 

@@ -132,6 +132,22 @@ pub struct Finish {
     pub at: DateTime<Utc>,
 }
 
+impl Finish {
+    /// A forced end (deadline, budget, parent returning, session ended):
+    /// no message.
+    pub fn forced(reason: EndReason, at: DateTime<Utc>) -> Self {
+        Self { status: reason.status(), reason: Some(reason), result: None, result_tokens: 0, at }
+    }
+}
+
+/// One branch of [`Store::finish_batch`].
+#[derive(Debug, Clone)]
+pub struct BatchFinish {
+    pub tenant: TenantId,
+    pub id: BranchId,
+    pub finish: Finish,
+}
+
 /// What [`Store::finish`] did.
 #[derive(Debug, Clone)]
 pub enum Finished {
@@ -350,6 +366,14 @@ pub trait Store: Send + Sync + Debug {
         finish: Finish,
     ) -> Result<Finished, StoreError>;
 
+    /// Ends, in one transaction, each branch of `batch` that is active and
+    /// has no active child, and settles it with its parent, as
+    /// [`Store::finish`] does. `batch` must list children before their
+    /// parents (deepest first): a child's end releases its parent's loan, so
+    /// a parent in the same batch ends after it. Returns the branches it
+    /// ended; the others are left as they are.
+    async fn finish_batch(&self, batch: &[BatchFinish]) -> Result<Vec<Branch>, StoreError>;
+
     /// Marks an open session ended, if none of its branches is active and,
     /// with `idle_since`, if it has had no activity since then (so that a
     /// session used again after the supervisor found it idle stays open).
@@ -437,11 +461,23 @@ pub struct ConnectOptions {
     pub max_connections: u32,
     /// How long a request waits for a pooled connection before failing.
     pub acquire_timeout: Duration,
+    /// Postgres: whether the transaction that charges an upstream call to
+    /// a branch waits for its commit to reach the disk. When `false`
+    /// (`synchronous_commit = off` for that transaction alone) the charge
+    /// survives a crash of the gateway, and only a crash of Postgres itself
+    /// within its WAL writer's delay (≤ 3 × `wal_writer_delay`) can lose it.
+    /// Branch creations and ends always wait for the disk.
+    pub synchronous_metering: bool,
 }
 
 impl ConnectOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+        Self {
+            url: url.into(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+            synchronous_metering: false,
+        }
     }
 }
 

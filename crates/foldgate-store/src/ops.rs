@@ -18,7 +18,7 @@ use foldgate_domain::{
 use uuid::Uuid;
 
 use crate::{
-    CallRecord, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
+    BatchFinish, CallRecord, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
     record::{BranchRow, SessionRow, db_tokens, ledger},
     retry_after,
 };
@@ -87,7 +87,9 @@ pub(crate) trait Tx: Send {
         limits: &Limits,
     ) -> Result<Option<LimitKind>, StoreError>;
 
-    async fn release_slot(&mut self, tenant: &TenantId) -> Result<(), StoreError>;
+    /// Gives back one slot per entry of `tenants` in the tenants' counters,
+    /// then as many in the deployment's.
+    async fn release_slots(&mut self, tenants: &[&TenantId]) -> Result<(), StoreError>;
 
     /// Lends `amount` from a parent branch, or from the session's root pool
     /// when `parent` is `None`.
@@ -334,8 +336,46 @@ pub(crate) async fn finish<T: Tx>(
     };
     tx.settle(tenant, &row.session_id, row.parent_id, row.budget, row.used, finish.at).await?;
     tx.touch_session(tenant, &row.session_id, finish.at).await?;
-    tx.release_slot(tenant).await?;
+    tx.release_slots(&[tenant]).await?;
     Ok(Finished::Done(Box::new(row.try_into()?)))
+}
+
+/// Ends a batch of branches in one transaction (see
+/// [`crate::Store::finish_batch`]). Each kind of row is locked in a block,
+/// in the module's order: the branches and their parent branches first (in
+/// the batch's order, deepest first), then the sessions (sorted), then the
+/// counters.
+pub(crate) async fn finish_batch<T: Tx>(
+    tx: &mut T,
+    batch: &[BatchFinish],
+) -> Result<Vec<Branch>, StoreError> {
+    let mut ended = Vec::with_capacity(batch.len());
+    for item in batch {
+        let Some(row) = tx.end_branch(&item.tenant, item.id.as_uuid(), &item.finish).await? else {
+            continue;
+        };
+        if row.parent_id.is_some() {
+            let at = item.finish.at;
+            tx.settle(&item.tenant, &row.session_id, row.parent_id, row.budget, row.used, at)
+                .await?;
+        }
+        ended.push((item, row));
+    }
+    let mut by_session: Vec<&(&BatchFinish, BranchRow)> = ended.iter().collect();
+    by_session.sort_by(|(a, ra), (b, rb)| {
+        (a.tenant.as_str(), &ra.session_id).cmp(&(b.tenant.as_str(), &rb.session_id))
+    });
+    for (item, row) in by_session {
+        let at = item.finish.at;
+        if row.parent_id.is_none() {
+            tx.settle(&item.tenant, &row.session_id, None, row.budget, row.used, at).await?;
+        }
+        tx.touch_session(&item.tenant, &row.session_id, at).await?;
+    }
+    let mut tenants: Vec<&TenantId> = ended.iter().map(|(item, _)| &item.tenant).collect();
+    tenants.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    tx.release_slots(&tenants).await?;
+    ended.into_iter().map(|(_, row)| Branch::try_from(row)).collect()
 }
 
 pub(crate) async fn consume<T: Tx>(
@@ -393,13 +433,7 @@ pub(crate) async fn fail_session_branches<T: Tx>(
     session: &SessionId,
     at: DateTime<Utc>,
 ) -> Result<u64, StoreError> {
-    let finish = Finish {
-        status: EndReason::SessionEnded.status(),
-        reason: Some(EndReason::SessionEnded),
-        result: None,
-        result_tokens: 0,
-        at,
-    };
+    let finish = Finish::forced(EndReason::SessionEnded, at);
     let mut ended = 0;
     // Lock every branch first: ending them takes the session and counter
     // rows, which must come after all branch rows (see the module docs).

@@ -18,9 +18,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use crate::{
-    CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish, Finished,
-    IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated, due_branch,
-    idle_session,
+    BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
+    due_branch, idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
@@ -35,6 +35,7 @@ const CONFLICT_RETRIES: usize = 5;
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    synchronous_metering: bool,
 }
 
 impl PgStore {
@@ -53,7 +54,7 @@ impl PgStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect.application_name("foldgate"))
             .await?;
-        Ok(Self { pool })
+        Ok(Self { pool, synchronous_metering: options.synchronous_metering })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -63,6 +64,12 @@ impl PgStore {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The statement that lets a metering transaction commit without waiting
+    /// for the disk, unless synchronous metering is configured.
+    fn metering_commit(&self) -> Option<&'static str> {
+        (!self.synchronous_metering).then_some("SET LOCAL synchronous_commit = off")
     }
 
     /// Opens a transaction (for the shared `in_tx`).

@@ -7,6 +7,11 @@
 //! lock from the start. [`sql_backend!`] therefore writes everything once and
 //! is instantiated per backend with its locking clauses.
 
+/// How many rows each active-branch counter is split into: creations and
+/// ends that run at the same time each lock one stripe, so up to this many
+/// proceed without waiting for one another's commits.
+pub(crate) const COUNTER_STRIPES: i64 = 16;
+
 /// Implements [`Tx`] and [`Store`] for a backend. The backend module provides
 /// `$Store` with a `pool` field, `in_tx`, `MIGRATOR`, and the imports used
 /// here.
@@ -194,48 +199,24 @@ macro_rules! sql_backend {
                 tenant: &TenantId,
                 limits: &Limits,
             ) -> Result<Option<LimitKind>, StoreError> {
-                sqlx::query(
-                    "INSERT INTO tenant_usage (tenant_id, active_branches) VALUES ($1, 0) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(tenant.as_str())
-                .execute(&mut *self.0)
-                .await?;
-                let tenant_ok = sqlx::query(
-                    "UPDATE tenant_usage SET active_branches = active_branches + 1 \
-                     WHERE tenant_id = $1 AND active_branches < $2",
-                )
-                .bind(tenant.as_str())
-                .bind(i64::from(limits.max_active_per_tenant))
-                .execute(&mut *self.0)
-                .await?
-                .rows_affected()
-                    == 1;
-                if !tenant_ok {
+                let tenant_limit = i64::from(limits.max_active_per_tenant);
+                if !self.take_stripe(&TENANT_COUNTER, Some(tenant.as_str()), tenant_limit).await? {
                     return Ok(Some(LimitKind::TenantActive));
                 }
-                let deployment_ok = sqlx::query(
-                    "UPDATE deployment_usage SET active_branches = active_branches + 1 \
-                     WHERE active_branches < $1",
-                )
-                .bind(i64::from(limits.max_active_total))
-                .execute(&mut *self.0)
-                .await?
-                .rows_affected()
-                    == 1;
-                Ok((!deployment_ok).then_some(LimitKind::DeploymentActive))
+                let total_limit = i64::from(limits.max_active_total);
+                if !self.take_stripe(&DEPLOYMENT_COUNTER, None, total_limit).await? {
+                    return Ok(Some(LimitKind::DeploymentActive));
+                }
+                Ok(None)
             }
 
-            async fn release_slot(&mut self, tenant: &TenantId) -> Result<(), StoreError> {
-                sqlx::query(
-                    "UPDATE tenant_usage SET active_branches = active_branches - 1 WHERE tenant_id = $1",
-                )
-                .bind(tenant.as_str())
-                .execute(&mut *self.0)
-                .await?;
-                sqlx::query("UPDATE deployment_usage SET active_branches = active_branches - 1")
-                    .execute(&mut *self.0)
-                    .await?;
+            async fn release_slots(&mut self, tenants: &[&TenantId]) -> Result<(), StoreError> {
+                for tenant in tenants {
+                    self.give_stripe(&TENANT_COUNTER, Some(tenant.as_str())).await?;
+                }
+                for _ in tenants {
+                    self.give_stripe(&DEPLOYMENT_COUNTER, None).await?;
+                }
                 Ok(())
             }
 
@@ -448,6 +429,137 @@ macro_rules! sql_backend {
             }
         }
 
+        impl $Tx {
+            /// Takes one slot of a striped counter (see the third migration):
+            /// first in any stripe with room that no other transaction holds,
+            /// else in each stripe in turn, waiting for its lock. `false`
+            /// when every stripe is full, that is when the counter reached
+            /// `limit`.
+            async fn take_stripe(
+                &mut self,
+                counter: &CounterSql,
+                key: Option<&str>,
+                limit: i64,
+            ) -> Result<bool, StoreError> {
+                let mut free = sqlx::query(counter.take_free);
+                if let Some(key) = key {
+                    free = free.bind(key);
+                }
+                let taken = free.bind(limit).bind($crate::sql::COUNTER_STRIPES).execute(&mut *self.0).await?;
+                if taken.rows_affected() == 1 {
+                    return Ok(true);
+                }
+                // Stripes from `limit` on have no room when the limit is
+                // below the number of stripes.
+                for stripe in 0..$crate::sql::COUNTER_STRIPES.min(limit) {
+                    let mut one = sqlx::query(counter.take_in);
+                    if let Some(key) = key {
+                        one = one.bind(key);
+                    }
+                    let one = one.bind(limit).bind($crate::sql::COUNTER_STRIPES).bind(stripe);
+                    if one.execute(&mut *self.0).await?.rows_affected() == 1 {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+
+            /// Gives one slot back to a striped counter, in any stripe above
+            /// zero.
+            async fn give_stripe(
+                &mut self,
+                counter: &CounterSql,
+                key: Option<&str>,
+            ) -> Result<(), StoreError> {
+                let mut free = sqlx::query(counter.give_free);
+                if let Some(key) = key {
+                    free = free.bind(key);
+                }
+                if free.execute(&mut *self.0).await?.rows_affected() == 1 {
+                    return Ok(());
+                }
+                // Every stripe above zero is held by another transaction
+                // that may take or give slots too: wait for each in turn.
+                // The slot being given back was counted, so one is found
+                // unless others keep moving ahead of the scan.
+                for _ in 0..2 {
+                    for stripe in 0..$crate::sql::COUNTER_STRIPES {
+                        let mut one = sqlx::query(counter.give_in);
+                        if let Some(key) = key {
+                            one = one.bind(key);
+                        }
+                        if one.bind(stripe).execute(&mut *self.0).await?.rows_affected() == 1 {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(StoreError::Contended)
+            }
+        }
+
+        /// A striped counter's statements. Parameters: the key (the tenant's
+        /// counter only), then the limit and the number of stripes, then
+        /// the stripe. A stripe's room is `limit / stripes`, plus one for the
+        /// first `limit % stripes` stripes, so that the rooms add up to the
+        /// limit.
+        struct CounterSql {
+            take_free: &'static str,
+            take_in: &'static str,
+            give_free: &'static str,
+            give_in: &'static str,
+        }
+
+        const TENANT_COUNTER: CounterSql = CounterSql {
+            take_free: concat!(
+                "UPDATE tenant_usage SET active_branches = active_branches + 1 \
+                 WHERE tenant_id = $1 AND stripe = (SELECT stripe FROM tenant_usage \
+                 WHERE tenant_id = $1 \
+                 AND active_branches < $2 / $3 + CASE WHEN stripe < $2 % $3 THEN 1 ELSE 0 END \
+                 ORDER BY random() LIMIT 1",
+                $skip_locked,
+                ")"
+            ),
+            take_in: "INSERT INTO tenant_usage (tenant_id, stripe, active_branches) VALUES ($1, $4, 1) \
+                 ON CONFLICT (tenant_id, stripe) DO UPDATE \
+                 SET active_branches = tenant_usage.active_branches + 1 \
+                 WHERE tenant_usage.active_branches \
+                 < $2 / $3 + CASE WHEN tenant_usage.stripe < $2 % $3 THEN 1 ELSE 0 END",
+            give_free: concat!(
+                "UPDATE tenant_usage SET active_branches = active_branches - 1 \
+                 WHERE tenant_id = $1 AND stripe = (SELECT stripe FROM tenant_usage \
+                 WHERE tenant_id = $1 AND active_branches > 0 ORDER BY random() LIMIT 1",
+                $skip_locked,
+                ")"
+            ),
+            give_in: "UPDATE tenant_usage SET active_branches = active_branches - 1 \
+                 WHERE tenant_id = $1 AND stripe = $2 AND active_branches > 0",
+        };
+
+        const DEPLOYMENT_COUNTER: CounterSql = CounterSql {
+            take_free: concat!(
+                "UPDATE deployment_usage SET active_branches = active_branches + 1 \
+                 WHERE stripe = (SELECT stripe FROM deployment_usage \
+                 WHERE active_branches < $1 / $2 + CASE WHEN stripe < $1 % $2 THEN 1 ELSE 0 END \
+                 ORDER BY random() LIMIT 1",
+                $skip_locked,
+                ")"
+            ),
+            take_in: "INSERT INTO deployment_usage (stripe, active_branches) VALUES ($3, 1) \
+                 ON CONFLICT (stripe) DO UPDATE \
+                 SET active_branches = deployment_usage.active_branches + 1 \
+                 WHERE deployment_usage.active_branches \
+                 < $1 / $2 + CASE WHEN deployment_usage.stripe < $1 % $2 THEN 1 ELSE 0 END",
+            give_free: concat!(
+                "UPDATE deployment_usage SET active_branches = active_branches - 1 \
+                 WHERE stripe = (SELECT stripe FROM deployment_usage \
+                 WHERE active_branches > 0 ORDER BY random() LIMIT 1",
+                $skip_locked,
+                ")"
+            ),
+            give_in: "UPDATE deployment_usage SET active_branches = active_branches - 1 \
+                 WHERE stripe = $1 AND active_branches > 0",
+        };
+
         async fn touch_session<'c>(
             ex: impl sqlx::Executor<'c, Database = $DB>,
             tenant: &TenantId,
@@ -604,7 +716,13 @@ macro_rules! sql_backend {
                 id: BranchId,
                 call: &CallRecord,
             ) -> Result<Option<Consumption>, StoreError> {
+                let relax = self.metering_commit();
                 self.in_tx(|_| true, |mut tx| async move {
+                    if let Some(statement) = relax
+                        && let Err(e) = sqlx::query(statement).execute(&mut *tx.0).await
+                    {
+                        return (tx, Err(e.into()));
+                    }
                     let result = ops::meter_call(&mut tx, tenant, id, call, call.at).await;
                     (tx, result)
                 })
@@ -730,6 +848,14 @@ macro_rules! sql_backend {
                 .await
             }
 
+            async fn finish_batch(&self, batch: &[BatchFinish]) -> Result<Vec<Branch>, StoreError> {
+                self.in_tx(|_| true, |mut tx| async move {
+                    let result = ops::finish_batch(&mut tx, batch).await;
+                    (tx, result)
+                })
+                .await
+            }
+
             async fn end_session(
                 &self,
                 tenant: &TenantId,
@@ -838,7 +964,8 @@ macro_rules! sql_backend {
 
             async fn active_branches(&self) -> Result<Vec<(TenantId, u64)>, StoreError> {
                 let rows: Vec<(String, i64)> = sqlx::query_as(
-                    "SELECT tenant_id, active_branches FROM tenant_usage ORDER BY tenant_id",
+                    "SELECT tenant_id, CAST(SUM(active_branches) AS BIGINT) FROM tenant_usage \
+                     GROUP BY tenant_id ORDER BY tenant_id",
                 )
                 .fetch_all(&self.pool)
                 .await?;

@@ -18,9 +18,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use crate::{
-    CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish, Finished,
-    IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated, due_branch,
-    idle_session,
+    BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
+    due_branch, idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
@@ -63,6 +63,12 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// Metering commits like every other transaction: the setting that could
+    /// relax it (`PRAGMA synchronous`) belongs to the connection.
+    fn metering_commit(&self) -> Option<&'static str> {
+        None
     }
 
     /// Opens a `BEGIN IMMEDIATE` transaction, which takes the write lock at

@@ -6,14 +6,20 @@ use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, registry::Looku
 
 use crate::{LogFormat, Telemetry, TelemetryError};
 
-/// The subscriber: logs filtered by `RUST_LOG` (default `info`) in
+/// What is logged when `RUST_LOG` is not set: `info`, except rmcp's
+/// per-request lines (three for every stateless request), which only
+/// `RUST_LOG=rmcp=info` shows.
+pub const DEFAULT_FILTER: &str = "info,rmcp=warn";
+
+/// The subscriber: logs filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]) in
 /// `format`, plus `telemetry`'s trace layer when it exports spans (at level
 /// `INFO` and above, whatever `RUST_LOG` says).
 pub fn subscriber(
     telemetry: &Telemetry,
     format: LogFormat,
 ) -> impl Subscriber + for<'span> LookupSpan<'span> + Send + Sync {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = if format.is_json() { logs.json().boxed() } else { logs.boxed() };
     tracing_subscriber::registry().with(logs.with_filter(filter)).with(telemetry.trace_layer())

@@ -224,12 +224,13 @@ impl ServiceBuilder {
 }
 
 /// Active-branch counters as stored: (the tenant's, the deployment's).
-/// They must always equal the number of active branches.
+/// They must always equal the number of active branches. Each is the sum of
+/// its stripes.
 pub async fn active_counters(db: &TestDb, tenant: &str) -> (i64, i64) {
     use sqlx::Row;
-    let q_tenant =
-        "SELECT COALESCE((SELECT active_branches FROM tenant_usage WHERE tenant_id = $1), 0)";
-    let q_total = "SELECT active_branches FROM deployment_usage";
+    let q_tenant = "SELECT CAST(COALESCE(SUM(active_branches), 0) AS BIGINT) FROM tenant_usage \
+                    WHERE tenant_id = $1";
+    let q_total = "SELECT CAST(COALESCE(SUM(active_branches), 0) AS BIGINT) FROM deployment_usage";
     match db.backend {
         Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();

@@ -39,11 +39,14 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     /// How long a request waits for a connection before failing (seconds).
     pub acquire_timeout_seconds: u64,
+    /// Whether the charge of an upstream call waits for Postgres to flush
+    /// it to disk before the result is returned (see `docs/configuration.md`).
+    pub synchronous_metering: bool,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout_seconds: 5 }
+        Self { max_connections: 10, acquire_timeout_seconds: 5, synchronous_metering: false }
     }
 }
 

@@ -3,4 +3,5 @@
 //! start the same gateway on `127.0.0.1:0`.
 
 pub mod config;
+pub mod http;
 pub mod serve;

@@ -19,7 +19,10 @@ use foldgate_telemetry::Telemetry;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AuthMode, Config};
+use crate::{
+    config::{AuthMode, Config},
+    http::{self, ServerSettings},
+};
 use foldgate_domain::{Subject, TenantId};
 
 /// What the zero-configuration mode prints: a token for trying the gateway.
@@ -85,6 +88,7 @@ pub async fn start(
         url: config.database_url.clone(),
         max_connections: config.database.max_connections,
         acquire_timeout: config.acquire_timeout(),
+        synchronous_metering: config.database.synchronous_metering,
     };
     let store = foldgate_store::connect(&options, migrate)
         .await
@@ -180,14 +184,13 @@ pub async fn start(
     let ops_app = foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus());
 
     let grace = config.api.shutdown_grace;
+    let server = ServerSettings { header_read_timeout: config.api.header_read_timeout };
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
-            let mcp = axum::serve(listener, app.into_make_service())
-                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-            let ops = axum::serve(ops_listener, ops_app.into_make_service())
-                .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-            let servers = async { tokio::try_join!(mcp.into_future(), ops.into_future()) };
+            let mcp = http::serve(listener, app, server, shutdown.clone());
+            let ops = http::serve(ops_listener, ops_app, server, shutdown.clone());
+            let servers = async { tokio::try_join!(mcp, ops) };
             tokio::pin!(servers);
             let served = tokio::select! {
                 r = &mut servers => r.map(|_| ()),

@@ -600,6 +600,63 @@ async fn tenant_isolation_postgres() {
 }
 
 // ---------------------------------------------------------------------------
+// Slow and idle connections
+
+/// Reads from `stream` until the server closes it, for at most `limit`;
+/// returns what was read, or `None` if the connection was still open.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    limit: std::time::Duration,
+) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, read_all).await.ok().map(|()| received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_and_idle_connections_are_closed() {
+    let gw = TestGateway::start_with(Backend::Sqlite, |c| {
+        c.api.header_read_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let limit = std::time::Duration::from_secs(15);
+
+    // Half a request head, then silence.
+    let mut half = tokio::net::TcpStream::connect(gw.running.addr).await.unwrap();
+    half.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl").await.unwrap();
+    let answer = read_until_closed(&mut half, limit).await;
+    assert!(answer.is_some(), "a half-sent request head kept its connection open");
+
+    // A complete request is answered; the kept-alive connection is then
+    // closed once it stays idle.
+    let mut idle = tokio::net::TcpStream::connect(gw.running.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    let answer = read_until_closed(&mut idle, limit)
+        .await
+        .expect("an idle kept-alive connection stayed open");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // A connection that keeps sending complete requests is served for
+    // longer than the timeout.
+    let http = reqwest::Client::new();
+    for _ in 0..4 {
+        let health = http.get(format!("{}/healthz", gw.base)).send().await.unwrap();
+        assert_eq!(health.status(), StatusCode::OK);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    gw.stop().await;
+}
+
+// ---------------------------------------------------------------------------
 // Request bodies
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
