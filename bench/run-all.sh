@@ -8,6 +8,8 @@
 #   FOLDGATE_BENCH_OUT       where results go (default <target>/bench/<time>)
 #   FOLDGATE_BENCH_PG        Postgres server URL without a database
 #                            (default postgres://postgres@127.0.0.1:5432)
+#   FOLDGATE_BENCH_PG_PARAMS query string for the gateway's database URLs
+#                            (default sslmode=disable: Postgres on loopback)
 #   FOLDGATE_BENCH_DURATION  measured time per run (default 20s)
 #   FOLDGATE_BENCH_ROUNDS    baseline/gateway alternations per run (default 3)
 #   FOLDGATE_BENCH_SOAK      soak duration (default 30m; 0 skips it)
@@ -22,6 +24,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 OUT=${FOLDGATE_BENCH_OUT:-$TARGET_DIR/bench/$(date +%Y%m%d-%H%M%S)}
 PG=${FOLDGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
+PG_PARAMS=${FOLDGATE_BENCH_PG_PARAMS-sslmode=disable}
 DURATION=${FOLDGATE_BENCH_DURATION:-20s}
 ROUNDS=${FOLDGATE_BENCH_ROUNDS:-3}
 SOAK=${FOLDGATE_BENCH_SOAK:-30m}
@@ -40,7 +43,7 @@ fresh_db() {
     local name="foldgate_bench_$1_$(date +%s)_$$"
     psql "$PG/postgres" -qAtc "CREATE DATABASE $name" >/dev/null
     DATABASES+=("$name")
-    DB="$PG/$name"
+    DB="$PG/$name${PG_PARAMS:+?$PG_PARAMS}"
 }
 drop_dbs() {
     local name

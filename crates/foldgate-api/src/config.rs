@@ -35,7 +35,9 @@ pub struct ApiConfig {
     /// How long an HTTP/1 connection may take to send a complete request
     /// head, counted from when it opens or its previous response was sent;
     /// then it is closed. Bounds half-sent requests and idle keep-alive
-    /// connections alike.
+    /// connections alike. Keep it above the idle timeout of a load balancer
+    /// that keeps connections to the gateway open, or the balancer may send
+    /// a request on a connection the gateway is closing.
     #[serde(with = "seconds")]
     pub header_read_timeout: Duration,
 }
@@ -50,7 +52,7 @@ impl Default for ApiConfig {
             rate_limit: RateLimitConfig::default(),
             request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(75),
         }
     }
 }
