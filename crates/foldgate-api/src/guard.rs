@@ -152,10 +152,9 @@ pub(crate) async fn mcp_guard(
     if req.method() != Method::POST {
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
-    // The body was already read into memory by `limit_body`.
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None);
+    let (parts, bytes) = match buffered_request(req).await {
+        Ok(buffered) => buffered,
+        Err(response) => return response,
     };
     if let Err(response) = check_message(&state, &parts, &bytes) {
         return *response;
@@ -311,6 +310,21 @@ fn check_upstream_call(
     proxy::named_branch(meta, Some(&parts.headers))
         .map_err(|e| bad_argument(&e.field, &e.reason))?;
     tool.check_arguments(arguments).map_err(|m| bad_argument(&m.field, &m.reason))
+}
+
+/// A request's head and body, which `limit_body` has already read into
+/// memory (so this copies nothing); `Err` is the answer to an unreadable
+/// body.
+pub(crate) async fn buffered_request(
+    req: Request,
+) -> Result<(http::request::Parts, Bytes), Response> {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(_) => {
+            Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None))
+        }
+    }
 }
 
 /// A `200` JSON response, read into memory so that a layer can look at

@@ -38,7 +38,7 @@ use tracing::{Instrument as _, Span, field::Empty};
 use crate::{
     args::FoldingTool,
     auth::Authenticated,
-    guard::jsonrpc_error,
+    guard::buffered_request,
     metrics::{McpMetrics, McpOperation, known_mcp_method, known_protocol_version, rpc_error_type},
     proxy,
     upstream::{Lookup, Upstreams},
@@ -67,10 +67,9 @@ pub(crate) async fn observe_mcp(
     if req.method() != Method::POST {
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
-    // `limit_body` has already read the body into memory.
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        return jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None);
+    let (parts, bytes) = match buffered_request(req).await {
+        Ok(buffered) => buffered,
+        Err(response) => return response,
     };
     let incoming = Incoming::read(&state.upstreams, &parts, &bytes);
     let req = Request::from_parts(parts, Body::from(bytes));
