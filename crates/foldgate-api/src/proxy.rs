@@ -307,30 +307,73 @@ fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+/// Results with at most this many bytes of text (keys and string values)
+/// are scrubbed and counted on the async worker. Counting runs at very
+/// roughly a microsecond per byte, so this keeps such a call well under the
+/// time a worker may run between two awaits; for small results, handing the
+/// work to the blocking pool and back (two thread wake-ups) costs more than
+/// the work itself.
+const INLINE_TEXT_BYTES: usize = 256;
+
 /// Scrubs a value (unless scrubbing is off for the upstream) and counts its
-/// tokens, off the async workers: both take milliseconds on large results.
+/// tokens: off the async workers unless the value is small, since both take
+/// milliseconds on large results.
 async fn scrub_and_count(
     scrubber: &Arc<dyn Scrubber>,
     tokens: &TokenCounter,
     value: Value,
     scrub: bool,
 ) -> Result<(Value, Tokens), ()> {
+    if text_within(&value, &mut { INLINE_TEXT_BYTES }) {
+        return scrub_and_count_now(scrubber.as_ref(), tokens, value, scrub);
+    }
     let scrubber = Arc::clone(scrubber);
     let tokens = tokens.clone();
     tokio::task::spawn_blocking(move || {
-        let value = if scrub {
-            let scrubbed = scrubber.scrub_json(&value).map_err(|e| {
-                tracing::error!(error = %e, "scrubbing an upstream answer failed");
-            })?;
-            scrubbed.value
-        } else {
-            value
-        };
-        let count = result_tokens(&tokens, &value);
-        Ok((value, count))
+        scrub_and_count_now(scrubber.as_ref(), &tokens, value, scrub)
     })
     .await
     .unwrap_or(Err(()))
+}
+
+fn scrub_and_count_now(
+    scrubber: &dyn Scrubber,
+    tokens: &TokenCounter,
+    value: Value,
+    scrub: bool,
+) -> Result<(Value, Tokens), ()> {
+    let value = if scrub {
+        let scrubbed = scrubber.scrub_json(&value).map_err(|e| {
+            tracing::error!(error = %e, "scrubbing an upstream answer failed");
+        })?;
+        scrubbed.value
+    } else {
+        value
+    };
+    let count = result_tokens(tokens, &value);
+    Ok((value, count))
+}
+
+/// Whether the text of a value (its strings and keys) fits in `room`
+/// bytes, which it uses up; stops looking as soon as it does not fit.
+fn text_within(value: &Value, room: &mut usize) -> bool {
+    let own = match value {
+        Value::String(s) => s.len(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::Array(_) | Value::Object(_) => 0,
+    };
+    let Some(left) = room.checked_sub(own) else { return false };
+    *room = left;
+    match value {
+        Value::Array(items) => items.iter().all(|item| text_within(item, room)),
+        Value::Object(map) => map.iter().all(|(key, item)| {
+            room.checked_sub(key.len()).is_some_and(|left| {
+                *room = left;
+                text_within(item, room)
+            })
+        }),
+        _ => true,
+    }
 }
 
 /// The tokens of a result (or of an error), as documented at the top.
@@ -469,6 +512,20 @@ mod tests {
         assert_eq!(content.len(), 3, "first, the cut second, the marker");
         assert!(content[2]["text"].as_str().unwrap().contains("truncated"));
         assert!(result.get("structuredContent").is_none());
+    }
+
+    #[test]
+    fn small_text_is_told_from_large() {
+        let small =
+            json!({"content": [{"type": "text", "text": "a".repeat(100)}], "isError": false});
+        assert!(text_within(&small, &mut { INLINE_TEXT_BYTES }));
+        let long_string = json!({"content": [{"type": "text", "text": "a".repeat(300)}]});
+        assert!(!text_within(&long_string, &mut { INLINE_TEXT_BYTES }));
+        let many_items = json!({"content": vec![json!({"type": "text", "text": "abcdefgh"}); 40]});
+        assert!(!text_within(&many_items, &mut { INLINE_TEXT_BYTES }));
+        let mut room = 10;
+        assert!(text_within(&json!({"ab": "cd"}), &mut room));
+        assert_eq!(room, 6, "keys and values are counted");
     }
 
     #[test]

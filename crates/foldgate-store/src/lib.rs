@@ -481,6 +481,42 @@ impl ConnectOptions {
     }
 }
 
+/// What a transaction is for, which decides how it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxKind {
+    /// Waits for its commit to reach the disk.
+    Durable,
+    /// Charges an upstream call (see [`ConnectOptions::synchronous_metering`]).
+    Metering,
+}
+
+/// A pooled connection idle for less than this is handed out without a
+/// liveness check. sqlx checks every connection as it goes back to the pool,
+/// so a check on the way out again only matters once the connection has sat
+/// long enough for the server or the network to have dropped it; on a busy
+/// gateway it would cost every query a second round trip.
+const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The pool settings both backends share.
+pub(crate) fn pool_options<DB: sqlx::Database>(
+    options: &ConnectOptions,
+) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= CHECK_IDLE_AFTER {
+                    // A failed check closes the connection; the pool hands
+                    // out another one.
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// Which backend a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

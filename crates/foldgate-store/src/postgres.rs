@@ -11,16 +11,13 @@ use foldgate_domain::{
     Branch, BranchId, Consumption, EndReason, LimitKind, Limits, Session, SessionId, Subject,
     TenantId, Tokens,
 };
-use sqlx::{
-    PgPool, Postgres,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::{PgPool, Postgres, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
-    due_branch, idle_session,
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
+    check_migrated, due_branch, idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
@@ -49,9 +46,7 @@ impl PgStore {
         connect: PgConnectOptions,
         options: &ConnectOptions,
     ) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
+        let pool = crate::pool_options::<Postgres>(options)
             .connect_with(connect.application_name("foldgate"))
             .await?;
         Ok(Self { pool, synchronous_metering: options.synchronous_metering })
@@ -66,15 +61,19 @@ impl PgStore {
         &self.pool
     }
 
-    /// The statement that lets a metering transaction commit without waiting
-    /// for the disk, unless synchronous metering is configured.
-    fn metering_commit(&self) -> Option<&'static str> {
-        (!self.synchronous_metering).then_some("SET LOCAL synchronous_commit = off")
-    }
-
-    /// Opens a transaction (for the shared `in_tx`).
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin().await
+    /// Opens a transaction (for the shared `in_tx`). A metering transaction
+    /// commits without waiting for the disk unless synchronous metering is
+    /// configured; the setting goes with `BEGIN`, in the same round trip.
+    async fn begin(
+        &self,
+        kind: TxKind,
+    ) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        match kind {
+            TxKind::Metering if !self.synchronous_metering => {
+                self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit = off").await
+            }
+            TxKind::Metering | TxKind::Durable => self.pool.begin().await,
+        }
     }
 }
 

@@ -32,6 +32,21 @@ macro_rules! sql_backend {
             async fn in_tx<R, F, Fut>(
                 &self,
                 keep: fn(&R) -> bool,
+                op: F,
+            ) -> Result<R, StoreError>
+            where
+                F: FnMut($Tx) -> Fut + Send,
+                Fut: Future<Output = ($Tx, Result<R, StoreError>)> + Send,
+                R: Send,
+            {
+                self.in_tx_of(TxKind::Durable, keep, op).await
+            }
+
+            /// [`in_tx`](Self::in_tx) for a transaction of a given kind.
+            async fn in_tx_of<R, F, Fut>(
+                &self,
+                kind: TxKind,
+                keep: fn(&R) -> bool,
                 mut op: F,
             ) -> Result<R, StoreError>
             where
@@ -42,7 +57,7 @@ macro_rules! sql_backend {
                 let mut attempt = 0;
                 loop {
                     attempt += 1;
-                    let result = match self.begin().await {
+                    let result = match self.begin(kind).await {
                         Ok(tx) => {
                             let (tx, result) = op($Tx(tx)).await;
                             match result {
@@ -716,13 +731,7 @@ macro_rules! sql_backend {
                 id: BranchId,
                 call: &CallRecord,
             ) -> Result<Option<Consumption>, StoreError> {
-                let relax = self.metering_commit();
-                self.in_tx(|_| true, |mut tx| async move {
-                    if let Some(statement) = relax
-                        && let Err(e) = sqlx::query(statement).execute(&mut *tx.0).await
-                    {
-                        return (tx, Err(e.into()));
-                    }
+                self.in_tx_of(TxKind::Metering, |_| true, |mut tx| async move {
                     let result = ops::meter_call(&mut tx, tenant, id, call, call.at).await;
                     (tx, result)
                 })

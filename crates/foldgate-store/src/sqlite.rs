@@ -13,14 +13,14 @@ use foldgate_domain::{
 };
 use sqlx::{
     Sqlite, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
 };
 use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
-    due_branch, idle_session,
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
+    check_migrated, due_branch, idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
@@ -47,10 +47,9 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(options.acquire_timeout);
-        let pool = SqlitePoolOptions::new()
+        let pool = crate::pool_options::<Sqlite>(options)
             // Each connection to an in-memory database is its own database.
             .max_connections(if in_memory { 1 } else { options.max_connections })
-            .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
         Ok(Self { pool })
@@ -65,15 +64,11 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Metering commits like every other transaction: the setting that could
-    /// relax it (`PRAGMA synchronous`) belongs to the connection.
-    fn metering_commit(&self) -> Option<&'static str> {
-        None
-    }
-
     /// Opens a `BEGIN IMMEDIATE` transaction, which takes the write lock at
-    /// once (for the shared `in_tx`).
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
+    /// once (for the shared `in_tx`). Metering commits like every other
+    /// transaction: the setting that could relax it (`PRAGMA synchronous`)
+    /// belongs to the connection.
+    async fn begin(&self, _: TxKind) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
     }
 }
