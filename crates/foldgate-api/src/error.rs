@@ -10,7 +10,7 @@
 //! - internal failures: JSON-RPC `-32603` with a correlation id, logged once
 //!   here; the cause never reaches the client;
 //! - the database out of reach: JSON-RPC [`UNAVAILABLE`], turned into HTTP
-//!   503 with `Retry-After` by [`unavailable_to_503`], which also fails
+//!   503 with `Retry-After` by the exchange layer, which also fails
 //!   requests at once until the database answers again ([`Outage`]).
 
 use std::{
@@ -22,10 +22,7 @@ use std::{
 };
 
 use axum::{
-    body::Body,
-    extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use foldgate_engine::FoldError;
@@ -48,10 +45,6 @@ pub const UNAVAILABLE: i32 = -32004;
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How often a gateway that lost its database checks whether it is back.
 const OUTAGE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
-/// How an [`UNAVAILABLE`] error starts in a JSON-RPC response as rmcp
-/// writes it (compact, `code` first): a substring test spares parsing every
-/// response.
-const UNAVAILABLE_MARKER: &[u8] = b"\"error\":{\"code\":-32004,";
 
 pub(crate) fn invalid_argument(e: &ArgError) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), Some(json!({"field": e.field, "reason": e.reason})))
@@ -130,6 +123,10 @@ fn database_unreachable(e: &StoreError) -> bool {
     }
 }
 
+fn unavailable(headers: &mut http::HeaderMap) {
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER.as_secs()));
+}
+
 /// Whether the database is known to be out of reach. Tripped by a tool call
 /// that found it so; while tripped, requests are answered 503 at once
 /// instead of each waiting for the pool's acquire timeout, and a background
@@ -144,6 +141,35 @@ pub struct Outage {
 impl Outage {
     pub fn new(store: Arc<dyn Store>, shutdown: CancellationToken) -> Arc<Self> {
         Arc::new(Self { tripped: AtomicBool::new(false), store, shutdown })
+    }
+
+    /// The answer to a request while the database is known to be out of
+    /// reach.
+    pub(crate) fn refusal(&self) -> Option<Response> {
+        if !self.tripped.load(Ordering::Acquire) {
+            return None;
+        }
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+            "code": UNAVAILABLE,
+            "message": "the database is unavailable; retry shortly",
+            "data": {"retry_after": RETRY_AFTER.as_secs()},
+        }});
+        let mut response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body.to_string(),
+        )
+            .into_response();
+        unavailable(response.headers_mut());
+        Some(response)
+    }
+
+    /// Turns a tool's [`UNAVAILABLE`] answer into HTTP 503 with
+    /// `Retry-After`, and trips the switch.
+    pub(crate) fn unavailable_answer(self: &Arc<Self>, parts: &mut http::response::Parts) {
+        self.trip();
+        parts.status = StatusCode::SERVICE_UNAVAILABLE;
+        unavailable(&mut parts.headers);
     }
 
     fn trip(self: &Arc<Self>) {
@@ -165,61 +191,5 @@ impl Outage {
                 }
             }
         });
-    }
-}
-
-/// Answers 503 while the database is out of reach, and turns a tool's
-/// [`UNAVAILABLE`] error into HTTP 503 with `Retry-After`.
-pub(crate) async fn unavailable_to_503(
-    State(outage): State<Arc<Outage>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let retry_after = HeaderValue::from(RETRY_AFTER.as_secs());
-    if outage.tripped.load(Ordering::Acquire) {
-        let body = json!({"jsonrpc": "2.0", "id": null, "error": {
-            "code": UNAVAILABLE,
-            "message": "the database is unavailable; retry shortly",
-            "data": {"retry_after": RETRY_AFTER.as_secs()},
-        }});
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [
-                (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
-                (header::RETRY_AFTER, retry_after),
-            ],
-            body.to_string(),
-        )
-            .into_response();
-    }
-    let (mut parts, bytes) = match crate::guard::json_ok_body(next.run(req).await).await {
-        Ok(buffered) => buffered,
-        Err(response) => return response,
-    };
-    if bytes.windows(UNAVAILABLE_MARKER.len()).any(|w| w == UNAVAILABLE_MARKER) {
-        outage.trip();
-        parts.status = StatusCode::SERVICE_UNAVAILABLE;
-        parts.headers.insert(header::RETRY_AFTER, retry_after);
-    }
-    Response::from_parts(parts, Body::from(bytes))
-}
-
-#[cfg(test)]
-mod tests {
-    use rmcp::model::{JsonRpcError, RequestId, ServerJsonRpcMessage};
-
-    use super::*;
-
-    #[test]
-    fn the_marker_matches_what_rmcp_writes() {
-        let error = ErrorData::new(ErrorCode(UNAVAILABLE), "down", Some(json!({"retry_after": 1})));
-        let message =
-            ServerJsonRpcMessage::Error(JsonRpcError::new(Some(RequestId::Number(7)), error));
-        let written = serde_json::to_vec(&message).unwrap_or_default();
-        assert!(
-            written.windows(UNAVAILABLE_MARKER.len()).any(|w| w == UNAVAILABLE_MARKER),
-            "{}",
-            String::from_utf8_lossy(&written)
-        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::{
     body::{Body, Bytes},
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use crate::{
     args::{self, FoldingTool},
     auth::Authenticated,
-    error::RATE_LIMITED,
     proxy,
     upstream::{Lookup, Upstreams},
 };
@@ -143,52 +142,19 @@ pub(crate) struct GuardState {
     pub resource_metadata: Arc<str>,
 }
 
-/// Parses the JSON-RPC request and validates folding tool calls.
-pub(crate) async fn mcp_guard(
-    State(state): State<GuardState>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if req.method() != Method::POST {
-        return next.run(req).await;
-    }
-    let (parts, bytes) = match buffered_request(req).await {
-        Ok(buffered) => buffered,
-        Err(response) => return response,
-    };
-    if let Err(response) = check_message(&state, &parts, &bytes) {
-        return *response;
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
-}
-
-fn check_message(
+/// Checks a JSON-RPC message posted to `/mcp` (already parsed, or the
+/// parse error): a message object, `jsonrpc: "2.0"`, and for `tools/call`
+/// the tool, the caller's scope and the arguments. Whatever else rmcp cannot
+/// read (ids that are neither strings nor numbers, mistyped params, repeated
+/// members) rmcp refuses itself, and the exchange layer turns its answer
+/// into a JSON-RPC 400 as well.
+pub(crate) fn check_message(
     state: &GuardState,
     parts: &http::request::Parts,
-    bytes: &Bytes,
+    message: &Result<Value, serde_json::Error>,
     // Boxed: a response is large, and the error path is the rare one.
 ) -> Result<(), Box<Response>> {
-    check_members(state, parts, bytes)?;
-    // What passes must also be a message rmcp reads (ids that are strings or
-    // numbers, typed params, no repeated members), or rmcp would answer 415
-    // with a plain-text body.
-    serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(bytes).map(|_| ()).map_err(|e| {
-        Box::new(jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            -32600,
-            &format!("invalid request: {e}"),
-            None,
-        ))
-    })
-}
-
-fn check_members(
-    state: &GuardState,
-    parts: &http::request::Parts,
-    bytes: &Bytes,
-) -> Result<(), Box<Response>> {
-    let message: Value = serde_json::from_slice(bytes).map_err(|e| {
+    let message = message.as_ref().map_err(|e| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             None,
@@ -206,7 +172,7 @@ fn check_members(
             None,
         ))
     };
-    let Value::Object(obj) = &message else {
+    let Value::Object(obj) = message else {
         return Err(invalid(
             None,
             "expected a JSON-RPC message object (batches are not supported)",
@@ -325,48 +291,6 @@ pub(crate) async fn buffered_request(
             Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None))
         }
     }
-}
-
-/// A `200` JSON response, read into memory so that a layer can look at
-/// the JSON-RPC answer; any other response is handed back as it is.
-pub(crate) async fn json_ok_body(
-    response: Response,
-) -> Result<(http::response::Parts, Bytes), Response> {
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if response.status() != StatusCode::OK || !is_json {
-        return Err(response);
-    }
-    let (parts, body) = response.into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => Ok((parts, bytes)),
-        Err(_) => {
-            Err((StatusCode::INTERNAL_SERVER_ERROR, "response body unreadable").into_response())
-        }
-    }
-}
-
-/// Turns a JSON-RPC rate-limit error from a tool into HTTP 429 with
-/// `Retry-After`, so that HTTP clients and proxies see it as one.
-pub(crate) async fn limits_to_429(req: Request, next: Next) -> Response {
-    let (mut parts, bytes) = match json_ok_body(next.run(req).await).await {
-        Ok(buffered) => buffered,
-        Err(response) => return response,
-    };
-    let retry_after = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
-        let error = v.get("error")?;
-        (error.get("code")?.as_i64()? == i64::from(RATE_LIMITED))
-            .then(|| error.get("data")?.get("retry_after")?.as_u64())
-            .flatten()
-    });
-    if let Some(secs) = retry_after {
-        parts.status = StatusCode::TOO_MANY_REQUESTS;
-        parts.headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    Response::from_parts(parts, Body::from(bytes))
 }
 
 #[cfg(test)]

@@ -29,10 +29,11 @@ use crate::{
     ApiConfig,
     auth::{self, AuthState},
     error,
+    exchange::{self, ExchangeState},
     guard::{self, GuardState, HostOriginPolicy},
     limit,
     metrics::{self, ApiMetrics},
-    observe::{self, ObserveState},
+    observe::ObserveState,
     tools::FoldingTools,
     upstream::Upstreams,
 };
@@ -92,9 +93,13 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
         upstreams: Arc::clone(&gateway.upstreams),
         resource_metadata: Arc::clone(&metadata_url),
     };
-    let observe_state = ObserveState {
-        metrics: gateway.metrics.mcp.clone(),
-        upstreams: Arc::clone(&gateway.upstreams),
+    let exchange_state = ExchangeState {
+        guard: guard_state,
+        observe: ObserveState {
+            metrics: gateway.metrics.mcp.clone(),
+            upstreams: Arc::clone(&gateway.upstreams),
+        },
+        outage: error::Outage::new(Arc::clone(gateway.service.store()), gateway.shutdown.clone()),
     };
     // Outermost first.
     let mcp_layers = ServiceBuilder::new()
@@ -109,13 +114,7 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
             gateway.shutdown.clone(),
             gateway.metrics.rate_limited.clone(),
         )?)
-        .layer(middleware::from_fn_with_state(observe_state, observe::observe_mcp))
-        .layer(middleware::from_fn_with_state(guard_state, guard::mcp_guard))
-        .layer(middleware::from_fn(guard::limits_to_429))
-        .layer(middleware::from_fn_with_state(
-            error::Outage::new(Arc::clone(gateway.service.store()), gateway.shutdown.clone()),
-            error::unavailable_to_503,
-        ));
+        .layer(middleware::from_fn_with_state(exchange_state, exchange::mcp_exchange));
 
     let metadata =
         auth::ProtectedResourceMetadata::new(&gateway.mcp_url, gateway.issuer.as_deref());
