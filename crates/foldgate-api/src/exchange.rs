@@ -161,6 +161,8 @@ mod tests {
 
     async fn outage() -> Arc<Outage> {
         let store = SqliteStore::connect(&ConnectOptions::new("sqlite::memory:")).await.unwrap();
+        // Migrated, so that the outage's check finds it ready.
+        store.migrate().await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         Outage::new(store, CancellationToken::new())
     }
