@@ -150,6 +150,19 @@ pub(crate) trait Tx: Send {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
+    /// Charges an upstream call to a locked, active branch: its ledger (if
+    /// `update`), its session's activity and the line in its trace, in as
+    /// few round trips as the backend allows.
+    async fn charge_call(
+        &mut self,
+        tenant: &TenantId,
+        branch: &BranchRow,
+        update: Option<&LedgerUpdate>,
+        at: DateTime<Utc>,
+        call: &CallRecord,
+        charged: Tokens,
+    ) -> Result<(), StoreError>;
+
     /// Locks the active branches of a session, deepest first.
     async fn lock_active_in_session(
         &mut self,
@@ -385,23 +398,13 @@ pub(crate) async fn consume<T: Tx>(
     tokens: Tokens,
     at: DateTime<Utc>,
 ) -> Result<Option<Consumption>, StoreError> {
-    let Some(row) = tx.lock_branch(tenant, id.as_uuid()).await? else {
+    let Some(row) = lock_active(tx, tenant, id).await? else {
         return Ok(None);
     };
-    if row.status != BranchStatus::Active.as_str() {
-        return Ok(None);
-    }
-    let charge =
-        ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
-    if charge.granted > 0 || charge.exhausted {
-        tx.record_consumption(
-            tenant,
-            row.id,
-            db_tokens(charge.ledger.used),
-            charge.warning.then_some(at),
-            charge.exhausted.then_some(at),
-        )
-        .await?;
+    let (charge, update) = plan_charge(&row, tokens, at)?;
+    if let Some(update) = update {
+        tx.record_consumption(tenant, row.id, update.used, update.warned_at, update.exhausted_at)
+            .await?;
     }
     // Tool traffic in a branch is activity in its session (branch rows are
     // locked before the session's, so this keeps the lock order).
@@ -419,10 +422,50 @@ pub(crate) async fn meter_call<T: Tx>(
     call: &CallRecord,
     at: DateTime<Utc>,
 ) -> Result<Option<Consumption>, StoreError> {
+    let Some(row) = lock_active(tx, tenant, id).await? else {
+        tx.insert_call(tenant, id.as_uuid(), call, 0).await?;
+        return Ok(None);
+    };
     let tokens = call.tokens_in.saturating_add(call.tokens_out);
-    let charge = consume(tx, tenant, id, tokens, at).await?;
-    tx.insert_call(tenant, id.as_uuid(), call, charge.map_or(0, |c| c.granted)).await?;
-    Ok(charge)
+    let (charge, update) = plan_charge(&row, tokens, at)?;
+    tx.charge_call(tenant, &row, update.as_ref(), at, call, charge.granted).await?;
+    Ok(Some(charge))
+}
+
+/// A branch, locked, if it exists and is active.
+async fn lock_active<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    id: BranchId,
+) -> Result<Option<BranchRow>, StoreError> {
+    let row = tx.lock_branch(tenant, id.as_uuid()).await?;
+    Ok(row.filter(|row| row.status == BranchStatus::Active.as_str()))
+}
+
+/// What consuming `tokens` does to a branch's ledger, and the change to its
+/// row (none when nothing was granted and nothing ran out).
+fn plan_charge(
+    row: &BranchRow,
+    tokens: Tokens,
+    at: DateTime<Utc>,
+) -> Result<(Consumption, Option<LedgerUpdate>), StoreError> {
+    let charge =
+        ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
+    let update = (charge.granted > 0 || charge.exhausted).then(|| LedgerUpdate {
+        used: db_tokens(charge.ledger.used),
+        warned_at: charge.warning.then_some(at),
+        exhausted_at: charge.exhausted.then_some(at),
+    });
+    Ok((charge, update))
+}
+
+/// A branch row's ledger after a charge: `warned_at` and `exhausted_at` are
+/// set only if they were not already.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LedgerUpdate {
+    pub used: i64,
+    pub warned_at: Option<DateTime<Utc>>,
+    pub exhausted_at: Option<DateTime<Utc>>,
 }
 
 /// Fails every active branch of a session, deepest first, in one

@@ -18,7 +18,7 @@ use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
     Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
     check_migrated, due_branch, idle_session,
-    ops::{self, SessionLoad, Tx},
+    ops::{self, LedgerUpdate, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
 };
@@ -92,4 +92,5 @@ crate::sql::sql_backend!(
     db = Postgres,
     lock = " FOR UPDATE",
     skip_locked = " FOR UPDATE SKIP LOCKED",
+    writing_ctes = true,
 );

@@ -21,7 +21,10 @@ macro_rules! sql_backend {
         tx = $Tx:ident,
         db = $DB:ty,
         lock = $lock:literal,
-        skip_locked = $skip_locked:literal $(,)?
+        skip_locked = $skip_locked:literal,
+        // Whether the backend runs data-modifying CTEs (Postgres does,
+        // SQLite does not), which let a charge write in one statement.
+        writing_ctes = $writing_ctes:literal $(,)?
     ) => {
         impl $Store {
             /// Runs `op` in a transaction and commits it if `op` succeeded
@@ -410,6 +413,61 @@ macro_rules! sql_backend {
                 at: DateTime<Utc>,
             ) -> Result<(), StoreError> {
                 touch_session(&mut *self.0, tenant, session, at).await
+            }
+
+            async fn charge_call(
+                &mut self,
+                tenant: &TenantId,
+                branch: &BranchRow,
+                update: Option<&LedgerUpdate>,
+                at: DateTime<Utc>,
+                call: &CallRecord,
+                charged: Tokens,
+            ) -> Result<(), StoreError> {
+                if !$writing_ctes {
+                    if let Some(u) = update {
+                        self.record_consumption(tenant, branch.id, u.used, u.warned_at, u.exhausted_at)
+                            .await?;
+                    }
+                    self.touch_session(tenant, &branch.session_id, at).await?;
+                    return self.insert_call(tenant, branch.id, call, charged).await;
+                }
+                // The same three writes as above, in one round trip. The
+                // branch row is already locked, so the order in which the
+                // statement takes the session's row keeps the lock order.
+                sqlx::query(
+                    "WITH charged AS (\
+                       UPDATE branches SET used = $3, warned_at = COALESCE(warned_at, $4), \
+                       exhausted_at = COALESCE(exhausted_at, $5) \
+                       WHERE tenant_id = $1 AND id = $2 AND $6\
+                     ), touched AS (\
+                       UPDATE sessions SET last_activity_at = $8 \
+                       WHERE tenant_id = $1 AND session_id = $7 AND last_activity_at < $8\
+                     ) \
+                     INSERT INTO branch_calls (id, tenant_id, branch_id, upstream, tool, tokens_in, \
+                     tokens_out, tokens_charged, duration_ms, outcome, called_at) \
+                     VALUES ($9, $1, $2, $10, $11, $12, $13, $14, $15, $16, $17)",
+                )
+                .bind(tenant.as_str())
+                .bind(branch.id)
+                .bind(update.map_or(branch.used, |u| u.used))
+                .bind(Ts::opt(update.and_then(|u| u.warned_at)))
+                .bind(Ts::opt(update.and_then(|u| u.exhausted_at)))
+                .bind(update.is_some())
+                .bind(&branch.session_id)
+                .bind(Ts(at))
+                .bind(Uuid::now_v7())
+                .bind(&call.upstream)
+                .bind(&call.tool)
+                .bind(db_tokens(call.tokens_in))
+                .bind(db_tokens(call.tokens_out))
+                .bind(db_tokens(charged))
+                .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
+                .bind(call.outcome.as_str())
+                .bind(Ts(call.at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
             }
 
             async fn lock_active_in_session(

@@ -21,7 +21,7 @@ use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
     Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
     check_migrated, due_branch, idle_session,
-    ops::{self, SessionLoad, Tx},
+    ops::{self, LedgerUpdate, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
 };
@@ -88,4 +88,5 @@ crate::sql::sql_backend!(
     db = Sqlite,
     lock = "",
     skip_locked = "",
+    writing_ctes = false,
 );
