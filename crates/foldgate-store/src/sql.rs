@@ -385,22 +385,15 @@ macro_rules! sql_backend {
                 call: &CallRecord,
                 charged: Tokens,
             ) -> Result<(), StoreError> {
-                sqlx::query(
+                let query = sqlx::query(
                     "INSERT INTO branch_calls (id, tenant_id, branch_id, upstream, tool, tokens_in, \
                      tokens_out, tokens_charged, duration_ms, outcome, called_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 )
                 .bind(Uuid::now_v7())
                 .bind(tenant.as_str())
-                .bind(branch)
-                .bind(&call.upstream)
-                .bind(&call.tool)
-                .bind(db_tokens(call.tokens_in))
-                .bind(db_tokens(call.tokens_out))
-                .bind(db_tokens(charged))
-                .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
-                .bind(call.outcome.as_str())
-                .bind(Ts(call.at))
+                .bind(branch);
+                bind_call(query, call, charged)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -435,7 +428,7 @@ macro_rules! sql_backend {
                 // The same three writes as above, in one round trip. The
                 // branch row is already locked, so the order in which the
                 // statement takes the session's row keeps the lock order.
-                sqlx::query(
+                let query = sqlx::query(
                     "WITH charged AS (\
                        UPDATE branches SET used = $3, warned_at = COALESCE(warned_at, $4), \
                        exhausted_at = COALESCE(exhausted_at, $5) \
@@ -456,15 +449,8 @@ macro_rules! sql_backend {
                 .bind(update.is_some())
                 .bind(&branch.session_id)
                 .bind(Ts(at))
-                .bind(Uuid::now_v7())
-                .bind(&call.upstream)
-                .bind(&call.tool)
-                .bind(db_tokens(call.tokens_in))
-                .bind(db_tokens(call.tokens_out))
-                .bind(db_tokens(charged))
-                .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
-                .bind(call.outcome.as_str())
-                .bind(Ts(call.at))
+                .bind(Uuid::now_v7());
+                bind_call(query, call, charged)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -632,6 +618,24 @@ macro_rules! sql_backend {
             give_in: "UPDATE deployment_usage SET active_branches = active_branches - 1 \
                  WHERE stripe = $1 AND active_branches > 0",
         };
+
+        /// Binds a trace line's columns, from `upstream` to `called_at`, in
+        /// the order of the `branch_calls` inserts.
+        fn bind_call<'q>(
+            query: sqlx::query::Query<'q, $DB, <$DB as sqlx::Database>::Arguments>,
+            call: &'q CallRecord,
+            charged: Tokens,
+        ) -> sqlx::query::Query<'q, $DB, <$DB as sqlx::Database>::Arguments> {
+            query
+                .bind(&call.upstream)
+                .bind(&call.tool)
+                .bind(db_tokens(call.tokens_in))
+                .bind(db_tokens(call.tokens_out))
+                .bind(db_tokens(charged))
+                .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
+                .bind(call.outcome.as_str())
+                .bind(Ts(call.at))
+        }
 
         async fn touch_session<'c>(
             ex: impl sqlx::Executor<'c, Database = $DB>,
