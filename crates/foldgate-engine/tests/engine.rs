@@ -8,13 +8,13 @@ use foldgate_domain::{
     BranchId, BranchStatus, EndReason, LimitKind, Limits, Message, Outcome, Principal, SessionId,
 };
 use foldgate_engine::{
-    Clock, CreateBranch, FoldError, FoldingConfig, FoldingService, ManualClock, ReturnBranch,
-    StatusQuery, SupervisorConfig,
+    CallOutcome, CallRecord, Clock, CreateBranch, FoldError, FoldingConfig, FoldingService,
+    ManualClock, ReturnBranch, StatusQuery, SupervisorConfig,
     supervisor::{DeadlineReconciler, IdleSessionReconciler, Supervisor},
 };
 use foldgate_store::DueBranch;
 use foldgate_testkit::{
-    Backend, FailingScrubber, ServiceBuilder, TestDb, active_counters, principal,
+    Backend, FailingScrubber, HeldWrite, ServiceBuilder, TestDb, active_counters, principal,
 };
 
 /// Runs each listed test on both backends.
@@ -51,6 +51,9 @@ on_both_backends!(
     second_return_is_refused,
     return_deadline_and_exhaustion_race_and_exactly_one_wins,
     concurrent_consumption_never_overspends,
+    metered_calls_are_charged_by_the_ledgers_rule,
+    concurrent_metered_calls_never_overspend_and_are_all_recorded,
+    a_metered_call_waits_for_a_concurrent_writer_and_charges_what_it_left,
     session_concurrency_limit_holds_under_concurrent_creates,
     tenant_and_deployment_limits_hold_under_concurrent_creates,
     creation_rate_limit_holds_under_concurrent_creates,
@@ -410,6 +413,140 @@ async fn concurrent_consumption_never_overspends(backend: Backend) {
     assert_eq!(end.ledger.used, 2_000, "and recorded");
     assert_eq!(forced, 1, "one forced return");
     assert_eq!((end.status, end.reason), (BranchStatus::Timeout, Some(EndReason::BudgetExhausted)));
+    env.db.cleanup().await;
+}
+
+/// An upstream call of `tokens` in all, made now.
+fn upstream_call(env: &Env, tokens: u64) -> CallRecord {
+    CallRecord {
+        upstream: "files".into(),
+        tool: "read_file".into(),
+        tokens_in: tokens / 3,
+        tokens_out: tokens - tokens / 3,
+        duration: Duration::from_millis(3),
+        outcome: CallOutcome::Ok,
+        at: env.clock.now(),
+    }
+}
+
+/// A metered call is charged by the rule of every consumption
+/// (`Ledger::consume`), whatever state the ledger is in, and lands in the
+/// branch's trace with what it was charged.
+async fn metered_calls_are_charged_by_the_ledgers_rule(backend: Backend) {
+    let env = env(backend).await;
+    let s = &env.service;
+    // (spent before the call, lent to a child, the call's tokens), of a
+    // budget of 1,000 (creation has spent a few on the prompt).
+    let cases: &[(u64, u64, u64)] = &[
+        (0, 0, 0),
+        (0, 0, 1),
+        (0, 0, 400),
+        (0, 0, 5_000),
+        (700, 0, 50),
+        (700, 0, 150),
+        (850, 0, 20),
+        (850, 0, 5_000),
+        (0, 600, 300),
+        (0, 600, 5_000),
+        (300, 600, 5_000),
+    ];
+    for (i, &(spent, lent, tokens)) in cases.iter().enumerate() {
+        let session = format!("rule-{i}");
+        let b = create(s, &env.alice, &session, Some(1_000)).await;
+        if lent > 0 {
+            create_under(s, &env.alice, &session, b.id, i64::try_from(lent).unwrap()).await;
+        }
+        if spent > 0 {
+            s.consume(&env.alice, b.id, spent).await.unwrap();
+        }
+        let before = branch(&env, b.id).await;
+        let want = before.ledger.consume(tokens, before.warned_at.is_some());
+
+        let metered = s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, tokens)).await;
+        let metered = metered.unwrap();
+        let case = format!("case {i}: {:?}", cases[i]);
+        assert_eq!(metered.consumption, Some(want), "{case}");
+        assert_eq!(metered.forced_return, want.exhausted, "{case}");
+        let after = branch(&env, b.id).await;
+        assert_eq!(after.ledger, want.ledger, "{case}");
+        assert_eq!(after.warned_at.is_some(), before.warned_at.is_some() || want.warning, "{case}");
+        let status = if want.exhausted { BranchStatus::Timeout } else { BranchStatus::Active };
+        assert_eq!(after.status, status, "{case}");
+        let trace = s.call_summary(&env.alice, b.id).await.unwrap();
+        assert_eq!((trace.calls, trace.tokens_charged), (1, want.granted), "{case}");
+        assert_eq!(trace.tokens_in + trace.tokens_out, tokens, "{case}");
+    }
+
+    // A call that finishes after its branch ended is recorded, charged
+    // nothing.
+    let b = create(s, &env.alice, "ended", Some(1_000)).await;
+    let ended = s.return_branch(&env.alice, ret(b.id, "done")).await.unwrap().branch;
+    let metered = s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, 80)).await.unwrap();
+    assert_eq!((metered.consumption, metered.forced_return), (None, false));
+    let trace = s.call_summary(&env.alice, b.id).await.unwrap();
+    assert_eq!((trace.calls, trace.tokens_in + trace.tokens_out, trace.tokens_charged), (1, 80, 0));
+    assert_eq!(branch(&env, b.id).await.ledger, ended.ledger, "the ended branch is unchanged");
+    env.db.cleanup().await;
+}
+
+async fn concurrent_metered_calls_never_overspend_and_are_all_recorded(backend: Backend) {
+    let env = env(backend).await;
+    let s = &env.service;
+    let b = create(s, &env.alice, "s", Some(2_000)).await;
+    let start = b.ledger.used;
+    let tasks: Vec<_> = (0..40)
+        .map(|_| {
+            let (s, tenant, call) =
+                (Arc::clone(s), env.alice.tenant.clone(), upstream_call(&env, 100));
+            tokio::spawn(async move { s.meter_call(&tenant, b.id, &call).await })
+        })
+        .collect();
+    let (mut granted, mut forced, mut too_late) = (0, 0, 0);
+    for t in tasks {
+        let metered = t.await.unwrap().unwrap();
+        match metered.consumption {
+            Some(c) => granted += c.granted,
+            None => too_late += 1,
+        }
+        forced += usize::from(metered.forced_return);
+    }
+    let end = branch(&env, b.id).await;
+    assert_eq!(granted, 2_000 - start, "exactly the budget was granted");
+    assert_eq!(end.ledger.used, 2_000, "and recorded");
+    assert_eq!(forced, 1, "one forced return");
+    assert_eq!((end.status, end.reason), (BranchStatus::Timeout, Some(EndReason::BudgetExhausted)));
+    let trace = s.call_summary(&env.alice, b.id).await.unwrap();
+    assert_eq!(trace.calls, 40, "every call is in the trace ({too_late} after the end)");
+    assert_eq!(trace.tokens_charged, granted);
+    env.db.cleanup().await;
+}
+
+/// A call charged while another writer holds its branch waits for that
+/// writer and is charged against the branch as the writer left it.
+async fn a_metered_call_waits_for_a_concurrent_writer_and_charges_what_it_left(backend: Backend) {
+    let env = env(backend).await;
+    let s = &env.service;
+    let b = create(s, &env.alice, "s", Some(1_000)).await;
+    let held = HeldWrite::spend(&env.db, b.id.as_uuid(), 500).await;
+
+    let call = upstream_call(&env, 600);
+    let charging = {
+        let (s, tenant) = (Arc::clone(s), env.alice.tenant.clone());
+        tokio::spawn(async move { s.meter_call(&tenant, b.id, &call).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!charging.is_finished(), "the charge waits for the other writer");
+    held.commit().await;
+
+    let metered = charging.await.unwrap().unwrap();
+    let left_by_the_writer = foldgate_domain::Ledger { used: b.ledger.used + 500, ..b.ledger };
+    let want = left_by_the_writer.consume(600, false);
+    assert!(want.exhausted && want.granted == 500 - b.ledger.used, "{want:?}");
+    assert_eq!(metered.consumption, Some(want));
+    assert!(metered.forced_return);
+    let end = branch(&env, b.id).await;
+    assert_eq!(end.ledger.used, 1_000, "the writer's 500 and the call's rest");
+    assert_eq!(end.status, BranchStatus::Timeout);
     env.db.cleanup().await;
 }
 

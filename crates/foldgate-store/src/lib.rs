@@ -221,6 +221,13 @@ pub struct CallRecord {
     pub at: DateTime<Utc>,
 }
 
+impl CallRecord {
+    /// What the call costs a branch: its arguments and its result.
+    pub fn tokens(&self) -> Tokens {
+        self.tokens_in.saturating_add(self.tokens_out)
+    }
+}
+
 /// Calls of one upstream tool within a branch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCalls {
@@ -479,15 +486,6 @@ impl ConnectOptions {
             synchronous_metering: false,
         }
     }
-}
-
-/// What a transaction is for, which decides how it begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TxKind {
-    /// Waits for its commit to reach the disk.
-    Durable,
-    /// Charges an upstream call (see [`ConnectOptions::synchronous_metering`]).
-    Metering,
 }
 
 /// A pooled connection idle for less than this is handed out without a

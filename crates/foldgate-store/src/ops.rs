@@ -150,19 +150,6 @@ pub(crate) trait Tx: Send {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
-    /// Charges an upstream call to a locked, active branch: its ledger (if
-    /// `update`), its session's activity and the line in its trace, in as
-    /// few round trips as the backend allows.
-    async fn charge_call(
-        &mut self,
-        tenant: &TenantId,
-        branch: &BranchRow,
-        update: Option<&LedgerUpdate>,
-        at: DateTime<Utc>,
-        call: &CallRecord,
-        charged: Tokens,
-    ) -> Result<(), StoreError>;
-
     /// Locks the active branches of a session, deepest first.
     async fn lock_active_in_session(
         &mut self,
@@ -401,15 +388,7 @@ pub(crate) async fn consume<T: Tx>(
     let Some(row) = lock_active(tx, tenant, id).await? else {
         return Ok(None);
     };
-    let (charge, update) = plan_charge(&row, tokens, at)?;
-    if let Some(update) = update {
-        tx.record_consumption(tenant, row.id, update.used, update.warned_at, update.exhausted_at)
-            .await?;
-    }
-    // Tool traffic in a branch is activity in its session (branch rows are
-    // locked before the session's, so this keeps the lock order).
-    tx.touch_session(tenant, &row.session_id, at).await?;
-    Ok(Some(charge))
+    charge(tx, tenant, &row, tokens, at).await.map(Some)
 }
 
 /// Charges an upstream call to a branch and records it in the branch's
@@ -420,16 +399,37 @@ pub(crate) async fn meter_call<T: Tx>(
     tenant: &TenantId,
     id: BranchId,
     call: &CallRecord,
-    at: DateTime<Utc>,
 ) -> Result<Option<Consumption>, StoreError> {
     let Some(row) = lock_active(tx, tenant, id).await? else {
         tx.insert_call(tenant, id.as_uuid(), call, 0).await?;
         return Ok(None);
     };
-    let tokens = call.tokens_in.saturating_add(call.tokens_out);
-    let (charge, update) = plan_charge(&row, tokens, at)?;
-    tx.charge_call(tenant, &row, update.as_ref(), at, call, charge.granted).await?;
+    let charge = charge(tx, tenant, &row, call.tokens(), call.at).await?;
+    tx.insert_call(tenant, row.id, call, charge.granted).await?;
     Ok(Some(charge))
+}
+
+/// Charges a locked, active branch: its ledger, and its session's activity.
+async fn charge<T: Tx>(
+    tx: &mut T,
+    tenant: &TenantId,
+    row: &BranchRow,
+    tokens: Tokens,
+    at: DateTime<Utc>,
+) -> Result<Consumption, StoreError> {
+    let charge =
+        ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
+    // Nothing to write when nothing was granted and nothing ran out.
+    if charge.granted > 0 || charge.exhausted {
+        let warned_at = charge.warning.then_some(at);
+        let exhausted_at = charge.exhausted.then_some(at);
+        let used = db_tokens(charge.ledger.used);
+        tx.record_consumption(tenant, row.id, used, warned_at, exhausted_at).await?;
+    }
+    // Tool traffic in a branch is activity in its session (branch rows are
+    // locked before the session's, so this keeps the lock order).
+    tx.touch_session(tenant, &row.session_id, at).await?;
+    Ok(charge)
 }
 
 /// A branch, locked, if it exists and is active.
@@ -440,32 +440,6 @@ async fn lock_active<T: Tx>(
 ) -> Result<Option<BranchRow>, StoreError> {
     let row = tx.lock_branch(tenant, id.as_uuid()).await?;
     Ok(row.filter(|row| row.status == BranchStatus::Active.as_str()))
-}
-
-/// What consuming `tokens` does to a branch's ledger, and the change to its
-/// row (none when nothing was granted and nothing ran out).
-fn plan_charge(
-    row: &BranchRow,
-    tokens: Tokens,
-    at: DateTime<Utc>,
-) -> Result<(Consumption, Option<LedgerUpdate>), StoreError> {
-    let charge =
-        ledger(row.budget, row.used, row.reserved)?.consume(tokens, row.warned_at.is_some());
-    let update = (charge.granted > 0 || charge.exhausted).then(|| LedgerUpdate {
-        used: db_tokens(charge.ledger.used),
-        warned_at: charge.warning.then_some(at),
-        exhausted_at: charge.exhausted.then_some(at),
-    });
-    Ok((charge, update))
-}
-
-/// A branch row's ledger after a charge: `warned_at` and `exhausted_at` are
-/// set only if they were not already.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LedgerUpdate {
-    pub used: i64,
-    pub warned_at: Option<DateTime<Utc>>,
-    pub exhausted_at: Option<DateTime<Utc>>,
 }
 
 /// Fails every active branch of a session, deepest first, in one

@@ -11,15 +11,15 @@ use foldgate_domain::{
     Branch, BranchId, Consumption, EndReason, LimitKind, Limits, Session, SessionId, Subject,
     TenantId, Tokens,
 };
-use sqlx::{PgPool, Postgres, postgres::PgConnectOptions};
+use sqlx::{PgPool, Postgres, Row, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
-    check_migrated, due_branch, idle_session,
-    ops::{self, LedgerUpdate, SessionLoad, Tx},
-    record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
+    due_branch, idle_session,
+    ops::{self, SessionLoad, Tx},
+    record::{BranchRow, SessionRow, branch_columns, db_tokens, ledger, session_columns},
     ts::Ts,
 };
 
@@ -61,21 +61,83 @@ impl PgStore {
         &self.pool
     }
 
-    /// Opens a transaction (for the shared `in_tx`). A metering transaction
-    /// commits without waiting for the disk unless synchronous metering is
-    /// configured; the setting goes with `BEGIN`, in the same round trip.
-    async fn begin(
+    /// Opens a transaction (for the shared `in_tx`).
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin().await
+    }
+
+    /// Charges an upstream call in one statement, and so in one round trip
+    /// (see [`METER_CALL`]). The consumption reported is computed here from
+    /// the ledger the statement locked, by the same rule the statement
+    /// wrote.
+    async fn meter(
         &self,
-        kind: TxKind,
-    ) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
-        match kind {
-            TxKind::Metering if !self.synchronous_metering => {
-                self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit = off").await
-            }
-            TxKind::Metering | TxKind::Durable => self.pool.begin().await,
-        }
+        tenant: &TenantId,
+        id: BranchId,
+        call: &CallRecord,
+    ) -> Result<Option<Consumption>, StoreError> {
+        let tokens = call.tokens();
+        let query = sqlx::query(METER_CALL)
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .bind(db_tokens(tokens))
+            .bind(Ts(call.at))
+            .bind(!self.synchronous_metering)
+            .bind(Uuid::now_v7());
+        let Some(row) = bind_call(query, call).fetch_optional(&self.pool).await? else {
+            return Ok(None);
+        };
+        let locked = ledger(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)?;
+        Ok(Some(locked.consume(tokens, row.try_get(3)?)))
     }
 }
+
+/// Charges an upstream call to a branch and appends it to the branch's
+/// trace, as [`ops::meter_call`] does in a transaction of several
+/// statements; here the statement is the transaction.
+///
+/// - `prior` locks the branch if it is active, and computes what
+///   [`foldgate_domain::Ledger::consume`] grants: the tokens, capped at what
+///   remains. A concurrent charge makes it wait for the lock and then read
+///   the row as that charge left it.
+/// - `charged` writes the ledger as `consume` does (the 80% warning and
+///   exhaustion recorded once), only when something was granted or ran out.
+/// - `touched` records activity in the session (its row is locked after the
+///   branch's, in the order of [`ops`]).
+/// - `logged` writes the trace line, charged nothing if the branch was not
+///   active.
+/// - `relaxed` lets the commit skip waiting for the disk unless metering is
+///   configured synchronous: the setting lasts until the end of this
+///   statement's transaction.
+///
+/// Returns the ledger as locked, before the charge; no row if the branch is
+/// not active.
+const METER_CALL: &str = "\
+WITH prior AS (\
+    SELECT id, session_id, budget, used, reserved, warned_at IS NOT NULL AS warned, \
+    LEAST($3, GREATEST(budget - used - reserved, 0)) AS granted \
+    FROM branches WHERE tenant_id = $1 AND id = $2 AND status = 'active' FOR UPDATE\
+), plan AS (\
+    SELECT *, used + granted AS used_after, $3 > 0 AND used + granted >= budget AS exhausted \
+    FROM prior\
+), charged AS (\
+    UPDATE branches b SET used = plan.used_after, \
+    warned_at = CASE WHEN NOT plan.warned AND plan.used_after * 5 >= plan.budget * 4 \
+        THEN $4 ELSE b.warned_at END, \
+    exhausted_at = CASE WHEN plan.exhausted THEN COALESCE(b.exhausted_at, $4) \
+        ELSE b.exhausted_at END \
+    FROM plan WHERE b.tenant_id = $1 AND b.id = plan.id AND (plan.granted > 0 OR plan.exhausted)\
+), touched AS (\
+    UPDATE sessions s SET last_activity_at = $4 FROM plan \
+    WHERE s.tenant_id = $1 AND s.session_id = plan.session_id AND s.last_activity_at < $4\
+), logged AS (\
+    INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, tool, \
+    tokens_in, tokens_out, duration_ms, outcome, called_at) \
+    VALUES ($6, $1, $2, COALESCE((SELECT granted FROM plan), 0), $7, $8, $9, $10, $11, $12, $13)\
+), relaxed AS (\
+    SELECT set_config('synchronous_commit', 'off', true) WHERE $5\
+) \
+SELECT plan.budget, plan.used, plan.reserved, plan.warned FROM plan LEFT JOIN relaxed ON true";
 
 /// Postgres aborted the transaction to break a deadlock or a serialisation
 /// conflict: running it again succeeds.
@@ -92,5 +154,4 @@ crate::sql::sql_backend!(
     db = Postgres,
     lock = " FOR UPDATE",
     skip_locked = " FOR UPDATE SKIP LOCKED",
-    writing_ctes = true,
 );

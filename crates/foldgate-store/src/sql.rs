@@ -21,10 +21,7 @@ macro_rules! sql_backend {
         tx = $Tx:ident,
         db = $DB:ty,
         lock = $lock:literal,
-        skip_locked = $skip_locked:literal,
-        // Whether the backend runs data-modifying CTEs (Postgres does,
-        // SQLite does not), which let a charge write in one statement.
-        writing_ctes = $writing_ctes:literal $(,)?
+        skip_locked = $skip_locked:literal $(,)?
     ) => {
         impl $Store {
             /// Runs `op` in a transaction and commits it if `op` succeeded
@@ -34,21 +31,6 @@ macro_rules! sql_backend {
             /// again, up to `CONFLICT_RETRIES` times.
             async fn in_tx<R, F, Fut>(
                 &self,
-                keep: fn(&R) -> bool,
-                op: F,
-            ) -> Result<R, StoreError>
-            where
-                F: FnMut($Tx) -> Fut + Send,
-                Fut: Future<Output = ($Tx, Result<R, StoreError>)> + Send,
-                R: Send,
-            {
-                self.in_tx_of(TxKind::Durable, keep, op).await
-            }
-
-            /// [`in_tx`](Self::in_tx) for a transaction of a given kind.
-            async fn in_tx_of<R, F, Fut>(
-                &self,
-                kind: TxKind,
                 keep: fn(&R) -> bool,
                 mut op: F,
             ) -> Result<R, StoreError>
@@ -60,7 +42,7 @@ macro_rules! sql_backend {
                 let mut attempt = 0;
                 loop {
                     attempt += 1;
-                    let result = match self.begin(kind).await {
+                    let result = match self.begin().await {
                         Ok(tx) => {
                             let (tx, result) = op($Tx(tx)).await;
                             match result {
@@ -386,14 +368,15 @@ macro_rules! sql_backend {
                 charged: Tokens,
             ) -> Result<(), StoreError> {
                 let query = sqlx::query(
-                    "INSERT INTO branch_calls (id, tenant_id, branch_id, upstream, tool, tokens_in, \
-                     tokens_out, tokens_charged, duration_ms, outcome, called_at) \
+                    "INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, \
+                     tool, tokens_in, tokens_out, duration_ms, outcome, called_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 )
                 .bind(Uuid::now_v7())
                 .bind(tenant.as_str())
-                .bind(branch);
-                bind_call(query, call, charged)
+                .bind(branch)
+                .bind(db_tokens(charged));
+                bind_call(query, call)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -406,54 +389,6 @@ macro_rules! sql_backend {
                 at: DateTime<Utc>,
             ) -> Result<(), StoreError> {
                 touch_session(&mut *self.0, tenant, session, at).await
-            }
-
-            async fn charge_call(
-                &mut self,
-                tenant: &TenantId,
-                branch: &BranchRow,
-                update: Option<&LedgerUpdate>,
-                at: DateTime<Utc>,
-                call: &CallRecord,
-                charged: Tokens,
-            ) -> Result<(), StoreError> {
-                if !$writing_ctes {
-                    if let Some(u) = update {
-                        self.record_consumption(tenant, branch.id, u.used, u.warned_at, u.exhausted_at)
-                            .await?;
-                    }
-                    self.touch_session(tenant, &branch.session_id, at).await?;
-                    return self.insert_call(tenant, branch.id, call, charged).await;
-                }
-                // The same three writes as above, in one round trip. The
-                // branch row is already locked, so the order in which the
-                // statement takes the session's row keeps the lock order.
-                let query = sqlx::query(
-                    "WITH charged AS (\
-                       UPDATE branches SET used = $3, warned_at = COALESCE(warned_at, $4), \
-                       exhausted_at = COALESCE(exhausted_at, $5) \
-                       WHERE tenant_id = $1 AND id = $2 AND $6\
-                     ), touched AS (\
-                       UPDATE sessions SET last_activity_at = $8 \
-                       WHERE tenant_id = $1 AND session_id = $7 AND last_activity_at < $8\
-                     ) \
-                     INSERT INTO branch_calls (id, tenant_id, branch_id, upstream, tool, tokens_in, \
-                     tokens_out, tokens_charged, duration_ms, outcome, called_at) \
-                     VALUES ($9, $1, $2, $10, $11, $12, $13, $14, $15, $16, $17)",
-                )
-                .bind(tenant.as_str())
-                .bind(branch.id)
-                .bind(update.map_or(branch.used, |u| u.used))
-                .bind(Ts::opt(update.and_then(|u| u.warned_at)))
-                .bind(Ts::opt(update.and_then(|u| u.exhausted_at)))
-                .bind(update.is_some())
-                .bind(&branch.session_id)
-                .bind(Ts(at))
-                .bind(Uuid::now_v7());
-                bind_call(query, call, charged)
-                .execute(&mut *self.0)
-                .await?;
-                Ok(())
             }
 
             async fn lock_active_in_session(
@@ -619,19 +554,18 @@ macro_rules! sql_backend {
                  WHERE stripe = $1 AND active_branches > 0",
         };
 
-        /// Binds a trace line's columns, from `upstream` to `called_at`, in
-        /// the order of the `branch_calls` inserts.
+        /// Binds a trace line's columns from `upstream` to `called_at` (all
+        /// but its id, tenant, branch and charge), in the order of the
+        /// `branch_calls` inserts.
         fn bind_call<'q>(
             query: sqlx::query::Query<'q, $DB, <$DB as sqlx::Database>::Arguments>,
             call: &'q CallRecord,
-            charged: Tokens,
         ) -> sqlx::query::Query<'q, $DB, <$DB as sqlx::Database>::Arguments> {
             query
                 .bind(&call.upstream)
                 .bind(&call.tool)
                 .bind(db_tokens(call.tokens_in))
                 .bind(db_tokens(call.tokens_out))
-                .bind(db_tokens(charged))
                 .bind(i64::try_from(call.duration.as_millis()).unwrap_or(i64::MAX))
                 .bind(call.outcome.as_str())
                 .bind(Ts(call.at))
@@ -793,11 +727,7 @@ macro_rules! sql_backend {
                 id: BranchId,
                 call: &CallRecord,
             ) -> Result<Option<Consumption>, StoreError> {
-                self.in_tx_of(TxKind::Metering, |_| true, |mut tx| async move {
-                    let result = ops::meter_call(&mut tx, tenant, id, call, call.at).await;
-                    (tx, result)
-                })
-                .await
+                self.meter(tenant, id, call).await
             }
 
             async fn call_summary(

@@ -19,9 +19,9 @@ use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, TxKind,
-    check_migrated, due_branch, idle_session,
-    ops::{self, LedgerUpdate, SessionLoad, Tx},
+    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
+    due_branch, idle_session,
+    ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
 };
@@ -65,11 +65,30 @@ impl SqliteStore {
     }
 
     /// Opens a `BEGIN IMMEDIATE` transaction, which takes the write lock at
-    /// once (for the shared `in_tx`). Metering commits like every other
-    /// transaction: the setting that could relax it (`PRAGMA synchronous`)
-    /// belongs to the connection.
-    async fn begin(&self, _: TxKind) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
+    /// once (for the shared `in_tx`).
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    /// Charges an upstream call in a transaction of single statements (see
+    /// [`Store::meter_call`]): they run in this process, so there are no
+    /// round trips to save. Metering commits like every other transaction:
+    /// the setting that could relax it (`PRAGMA synchronous`) belongs to the
+    /// connection.
+    async fn meter(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        call: &CallRecord,
+    ) -> Result<Option<Consumption>, StoreError> {
+        self.in_tx(
+            |_| true,
+            |mut tx| async move {
+                let result = ops::meter_call(&mut tx, tenant, id, call).await;
+                (tx, result)
+            },
+        )
+        .await
     }
 }
 
@@ -88,5 +107,4 @@ crate::sql::sql_backend!(
     db = Sqlite,
     lock = "",
     skip_locked = "",
-    writing_ctes = false,
 );

@@ -246,3 +246,39 @@ pub async fn active_counters(db: &TestDb, tenant: &str) -> (i64, i64) {
         }
     }
 }
+
+/// Another client's transaction that has spent tokens of a branch and
+/// holds its write lock (the branch's row lock on Postgres, the database's
+/// write lock on SQLite) until [`HeldWrite::commit`].
+#[derive(Debug)]
+pub enum HeldWrite {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl HeldWrite {
+    pub async fn spend(db: &TestDb, branch: uuid::Uuid, tokens: i64) -> Self {
+        let spend = "UPDATE branches SET used = used + $1 WHERE id = $2";
+        match db.backend {
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                c.execute("BEGIN").await.unwrap();
+                sqlx::query(spend).bind(tokens).bind(branch).execute(&mut c).await.unwrap();
+                Self::Postgres(c)
+            }
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                c.execute("BEGIN IMMEDIATE").await.unwrap();
+                sqlx::query(spend).bind(tokens).bind(branch).execute(&mut c).await.unwrap();
+                Self::Sqlite(c)
+            }
+        }
+    }
+
+    pub async fn commit(self) {
+        match self {
+            Self::Postgres(mut c) => c.execute("COMMIT").await.map(drop).unwrap(),
+            Self::Sqlite(mut c) => c.execute("COMMIT").await.map(drop).unwrap(),
+        }
+    }
+}
