@@ -104,6 +104,9 @@ impl PgStore {
 ///   exhaustion recorded once), only when something was granted or ran out.
 /// - `touched` records activity in the session (its row is locked after the
 ///   branch's, in the order of [`ops`]).
+/// - The writes name their rows by key (`$2`, the session id as a scalar),
+///   not by a join with `plan`, so that they are index lookups whatever the
+///   planner estimates.
 /// - `logged` writes the trace line, charged nothing if the branch was not
 ///   active.
 /// - `relaxed` lets the commit skip waiting for the disk unless metering is
@@ -126,10 +129,10 @@ WITH prior AS (\
         THEN $4 ELSE b.warned_at END, \
     exhausted_at = CASE WHEN plan.exhausted THEN COALESCE(b.exhausted_at, $4) \
         ELSE b.exhausted_at END \
-    FROM plan WHERE b.tenant_id = $1 AND b.id = plan.id AND (plan.granted > 0 OR plan.exhausted)\
+    FROM plan WHERE b.tenant_id = $1 AND b.id = $2 AND (plan.granted > 0 OR plan.exhausted)\
 ), touched AS (\
-    UPDATE sessions s SET last_activity_at = $4 FROM plan \
-    WHERE s.tenant_id = $1 AND s.session_id = plan.session_id AND s.last_activity_at < $4\
+    UPDATE sessions SET last_activity_at = $4 \
+    WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $4\
 ), logged AS (\
     INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, tool, \
     tokens_in, tokens_out, duration_ms, outcome, called_at) \
