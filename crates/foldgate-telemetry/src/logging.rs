@@ -74,7 +74,11 @@ pub struct SpanJsonFields {
 }
 
 impl<'writer> FormatFields<'writer> for SpanJsonFields {
-    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'writer>, fields: R) -> fmt::Result {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
         let mut members = JsonMembers::new(&mut writer);
         members.out.write_char('{')?;
         fields.record(&mut members);
@@ -294,10 +298,8 @@ mod tests {
         F: for<'w> FormatFields<'w> + Send + Sync + 'static,
     {
         let buffer = Buffer::default();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .fmt_fields(fields)
-            .with_writer(buffer.clone());
+        let layer =
+            tracing_subscriber::fmt::layer().json().fmt_fields(fields).with_writer(buffer.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!(
