@@ -4,10 +4,7 @@
 use std::{fmt, sync::Arc};
 
 use foldgate_domain::Tokens;
-use regex_automata::{
-    Anchored, Input,
-    meta::{self, Regex},
-};
+use regex_automata::{Anchored, Input, meta::Regex};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use tiktoken_rs::{CoreBPE, Rank};
@@ -93,9 +90,11 @@ impl TokenCounter {
 /// so tiktoken runs the whole expression on `fancy_regex`'s backtracking
 /// engine: most of the cost of counting a short text. Here the expression
 /// without that branch runs on `regex`'s automata, and the branch's effect
-/// is applied to the matches: a match of whitespace only, without line
-/// breaks (the branches before it take those), two or more characters long
-/// and followed by more text gives its last character back. Every character
+/// is applied to the matches: a match of whitespace only, without `\r` or
+/// `\n` (the branch before it, `\s*[\r\n]+`, takes runs with those; other
+/// line breaks such as U+2028 are whitespace like any other here), two or
+/// more characters long and followed by more text gives its last character
+/// back. Every character
 /// starts a match of some branch, so each piece begins where the last one
 /// ended, and the search is anchored there: a forward scan finds the end,
 /// with no reverse scan for the start. The pieces are then merged as
@@ -106,18 +105,33 @@ struct Splitter {
     ranks: FxHashMap<Vec<u8>, Rank>,
 }
 
+/// o200k's expression as the splitter knows it (tiktoken-rs's
+/// `O200K_BASE_PAT_STR`). The emulation depends on the order and the classes
+/// of its branches, so a tiktoken whose expression differs in any way counts
+/// with tiktoken instead.
+const O200K_PATTERN: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|",
+    r"\p{N}{1,3}",
+    "|",
+    r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    "|",
+    r"\s*[\r\n]+",
+    "|",
+    r"\s+(?!\S)",
+    "|",
+    r"\s+",
+);
 /// The one branch of o200k's expression that `regex` cannot run.
 const LOOKAHEAD_BRANCH: &str = r"|\s+(?!\S)";
 /// Ordinary tokens in o200k (ranks 0 to this, less one); special tokens
 /// come after.
 const O200K_ORDINARY: Rank = 199_998;
-/// Pieces at least this long are merged by tiktoken itself, whose merge is
-/// linear where the one it exposes is quadratic.
+/// Pieces at least this long are merged by tiktoken itself, whose merge for
+/// them is O(n log n) where the one it exposes is quadratic.
 const LONG_PIECE: usize = 100;
-/// The lazy DFA's cache per thread. The expression's Unicode classes make
-/// many states; with the default (2 MiB) a busy gateway kept rebuilding
-/// them.
-const DFA_CACHE: usize = 16 << 20;
 
 impl Splitter {
     /// `None` if this version of tiktoken does not match what the splitter
@@ -125,13 +139,10 @@ impl Splitter {
     /// tiktoken.
     fn o200k(bpe: &CoreBPE) -> Option<Self> {
         let pattern = tiktoken_rs::O200K_BASE_PAT_STR;
-        if pattern.matches(LOOKAHEAD_BRANCH).count() != 1 || pattern.contains("(?=") {
+        if pattern != O200K_PATTERN {
             return None;
         }
-        let pieces = Regex::builder()
-            .configure(meta::Config::new().hybrid_cache_capacity(DFA_CACHE))
-            .build(&pattern.replace(LOOKAHEAD_BRANCH, ""))
-            .ok()?;
+        let pieces = Regex::new(&pattern.replace(LOOKAHEAD_BRANCH, "")).ok()?;
         let mut ranks = FxHashMap::default();
         ranks.reserve(usize::try_from(O200K_ORDINARY).ok()?);
         for rank in 0..O200K_ORDINARY {

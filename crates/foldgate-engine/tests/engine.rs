@@ -449,6 +449,8 @@ async fn metered_calls_are_charged_by_the_ledgers_rule(backend: Backend) {
         (0, 600, 300),
         (0, 600, 5_000),
         (300, 600, 5_000),
+        // Everything not lent is spent: nothing to grant, nothing exhausted.
+        (5_000, 600, 50),
     ];
     for (i, &(spent, lent, tokens)) in cases.iter().enumerate() {
         let session = format!("rule-{i}");

@@ -77,14 +77,27 @@ impl PgStore {
         call: &CallRecord,
     ) -> Result<Option<Consumption>, StoreError> {
         let tokens = call.tokens();
-        let query = sqlx::query(METER_CALL)
-            .bind(tenant.as_str())
-            .bind(id.as_uuid())
-            .bind(db_tokens(tokens))
-            .bind(Ts(call.at))
-            .bind(!self.synchronous_metering)
-            .bind(Uuid::now_v7());
-        let Some(row) = bind_call(query, call).fetch_optional(&self.pool).await? else {
+        let trace_line = Uuid::now_v7();
+        let mut attempt = 0;
+        let row = loop {
+            attempt += 1;
+            let query = sqlx::query(METER_CALL)
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .bind(db_tokens(tokens))
+                .bind(Ts(call.at))
+                .bind(!self.synchronous_metering)
+                .bind(trace_line);
+            match bind_call(query, call).fetch_optional(&self.pool).await {
+                // An aborted statement wrote nothing: run it again, as
+                // `in_tx` runs a transaction again.
+                Err(e) if attempt < CONFLICT_RETRIES && is_retryable(&e) => {
+                    tracing::debug!(attempt, "retrying a metering statement");
+                }
+                other => break other?,
+            }
+        };
+        let Some(row) = row else {
             return Ok(None);
         };
         let locked = ledger(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)?;
@@ -104,14 +117,15 @@ impl PgStore {
 ///   exhaustion recorded once), only when something was granted or ran out.
 /// - `touched` records activity in the session (its row is locked after the
 ///   branch's, in the order of [`ops`]).
-/// - The writes name their rows by key (`$2`, the session id as a scalar),
-///   not by a join with `plan`, so that they are index lookups whatever the
-///   planner estimates.
+/// - The writes find their rows by key (`$2`, the session id as a scalar)
+///   rather than by matching `plan`'s columns, so that they are index
+///   lookups whatever the planner estimates.
 /// - `logged` writes the trace line, charged nothing if the branch was not
 ///   active.
 /// - `relaxed` lets the commit skip waiting for the disk unless metering is
 ///   configured synchronous: the setting lasts until the end of this
-///   statement's transaction.
+///   statement's transaction. It is one row either way, and `logged`
+///   inserts from it, so it runs whatever else does.
 ///
 /// Returns the ledger as locked, before the charge; no row if the branch is
 /// not active.
@@ -133,14 +147,15 @@ WITH prior AS (\
 ), touched AS (\
     UPDATE sessions SET last_activity_at = $4 \
     WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $4\
+), relaxed AS (\
+    SELECT CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true) END\
 ), logged AS (\
     INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, tool, \
     tokens_in, tokens_out, duration_ms, outcome, called_at) \
-    VALUES ($6, $1, $2, COALESCE((SELECT granted FROM plan), 0), $7, $8, $9, $10, $11, $12, $13)\
-), relaxed AS (\
-    SELECT set_config('synchronous_commit', 'off', true) WHERE $5\
+    SELECT $6, $1, $2, COALESCE((SELECT granted FROM plan), 0), $7, $8, $9, $10, $11, $12, $13 \
+    FROM relaxed\
 ) \
-SELECT plan.budget, plan.used, plan.reserved, plan.warned FROM plan LEFT JOIN relaxed ON true";
+SELECT budget, used, reserved, warned FROM plan";
 
 /// Postgres aborted the transaction to break a deadlock or a serialisation
 /// conflict: running it again succeeds.

@@ -34,7 +34,7 @@ pub fn subscriber(
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = if format.is_json() {
-        logs.json().fmt_fields(SpanJsonFields::default()).boxed()
+        logs.json().fmt_fields(SpanJsonFields).boxed()
     } else {
         logs.boxed()
     };
@@ -69,9 +69,7 @@ pub fn install(telemetry: &Telemetry, format: LogFormat) -> Result<(), Telemetry
 /// A key recorded twice appears twice in the stored text; whoever reads it
 /// back as JSON (the event formatter does) keeps the later value.
 #[derive(Debug, Default)]
-pub struct SpanJsonFields {
-    _private: (),
-}
+pub struct SpanJsonFields;
 
 impl<'writer> FormatFields<'writer> for SpanJsonFields {
     fn format_fields<R: RecordFields>(
@@ -92,22 +90,31 @@ impl<'writer> FormatFields<'writer> for SpanJsonFields {
         fields: &Record<'_>,
     ) -> fmt::Result {
         let stored = &mut current.fields;
+        let was_empty = stored.is_empty();
         // `{"a":1}` plus `"b":2` makes `{"a":1,"b":2}`.
-        let opened = if stored.is_empty() {
+        if was_empty {
             stored.push('{');
-            true
         } else if stored.ends_with('}') {
             stored.pop();
-            stored.len() == 1
         } else {
             return Err(fmt::Error);
-        };
+        }
+        let open = stored.len();
         let mut members = JsonMembers::new(stored);
-        members.first = opened;
+        members.first = open == 1;
         fields.record(&mut members);
         let written = members.finish();
+        if written.is_err() {
+            // A value that failed to format leaves the span as it was,
+            // not with half a member in it.
+            stored.truncate(if was_empty { 0 } else { open });
+            if !was_empty {
+                stored.push('}');
+            }
+            return written;
+        }
         stored.push('}');
-        written
+        Ok(())
     }
 }
 
@@ -167,6 +174,18 @@ impl<W: fmt::Write> Visit for JsonMembers<'_, W> {
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.member(field, |out| write!(out, "{value}"));
+    }
+
+    fn record_bytes(&mut self, field: &Field, value: &[u8]) {
+        // An array of numbers, as `serde_json` writes bytes.
+        self.member(field, |out| {
+            out.write_char('[')?;
+            for (i, byte) in value.iter().enumerate() {
+                let comma = if i == 0 { "" } else { "," };
+                write!(out, "{comma}{byte}")?;
+            }
+            out.write_char(']')
+        });
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
@@ -257,7 +276,7 @@ mod tests {
         let buffer = Buffer::default();
         let layer = tracing_subscriber::fmt::layer()
             .json()
-            .fmt_fields(SpanJsonFields::default())
+            .fmt_fields(SpanJsonFields)
             .with_writer(buffer.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
@@ -292,6 +311,17 @@ mod tests {
         assert_eq!(outer["status"], 200, "a span with one field recorded later");
     }
 
+    /// A value whose formatting fails (which `std` forbids, and
+    /// `tracing-subscriber`'s own JSON panics on).
+    struct Unformattable;
+
+    impl fmt::Debug for Unformattable {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("half")?;
+            Err(fmt::Error)
+        }
+    }
+
     /// The span's fields as logged, with `fields` formatting them.
     fn logged_span<F>(fields: F) -> Value
     where
@@ -318,6 +348,7 @@ mod tests {
                 tiny = -1e-7_f64,
                 nan = f64::NAN,
                 r#type = "raw",
+                bytes = &b"ab\x00\xff"[..],
                 later = Empty,
                 empty = "",
             );
@@ -332,11 +363,34 @@ mod tests {
 
     #[test]
     fn span_fields_read_back_as_tracing_subscribers_own_json_does() {
-        let ours = logged_span(SpanJsonFields::default());
+        let ours = logged_span(SpanJsonFields);
         let theirs = logged_span(tracing_subscriber::fmt::format::JsonFields::default());
         assert_eq!(ours, theirs);
         assert_eq!(ours["lines"], "one\ntwo\r\tthree\u{1}\u{1f}");
         assert_eq!(ours["later"], "set \"later\"");
         assert_eq!(ours["type"], "raw");
+        assert_eq!(ours["bytes"], serde_json::json!([97, 98, 0, 255]));
+    }
+
+    #[test]
+    fn a_value_that_fails_to_format_leaves_the_span_readable() {
+        let buffer = Buffer::default();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .fmt_fields(SpanJsonFields)
+            .with_writer(buffer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("call", kept = 1, failing = Empty, later = Empty);
+            let _entered = span.enter();
+            span.record("failing", tracing::field::debug(Unformattable));
+            span.record("later", 2);
+            tracing::info!("done");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: Value = serde_json::from_str(text.trim()).unwrap();
+        let span = &line["span"];
+        assert_eq!((&span["kept"], &span["later"]), (&Value::from(1), &Value::from(2)), "{line}");
+        assert!(span.get("failing").is_none() && line.get("field_error").is_none(), "{line}");
     }
 }
