@@ -94,12 +94,11 @@ impl TokenCounter {
 /// `\n` (the branch before it, `\s*[\r\n]+`, takes runs with those; other
 /// line breaks such as U+2028 are whitespace like any other here), two or
 /// more characters long and followed by more text gives its last character
-/// back. Every character
-/// starts a match of some branch, so each piece begins where the last one
-/// ended, and the search is anchored there: a forward scan finds the end,
-/// with no reverse scan for the start. The pieces are then merged as
-/// tiktoken merges them, with the vocabulary read back from the loaded
-/// tokenizer.
+/// back. Every character starts a match of some branch, so each piece begins
+/// where the last one ended, and the search is anchored there: a forward
+/// scan finds the end, with no reverse scan for the start. The pieces are
+/// then merged as tiktoken merges them, with the vocabulary read back from
+/// the loaded tokenizer.
 struct Splitter {
     pieces: Regex,
     ranks: FxHashMap<Vec<u8>, Rank>,
@@ -156,15 +155,13 @@ impl Splitter {
         let mut at = 0;
         while at < text.len() {
             let input = Input::new(text).range(at..).anchored(Anchored::Yes);
-            let Some(end) = self.pieces.search_half(&input).map(|m| m.offset()) else {
-                // Every character starts a match; should one not, count the
-                // rest as tiktoken does.
+            let found = self.pieces.search_half(&input).and_then(|m| text.get(at..m.offset()));
+            // Every character starts a match, and none is empty; should one
+            // not, count the rest as tiktoken does.
+            let Some(mut piece) = found.filter(|p| !p.is_empty()) else {
                 return count + bpe.encode_ordinary(&text[at..]).len();
             };
-            let Some(mut piece) = text.get(at..end).filter(|p| !p.is_empty()) else {
-                return count + bpe.encode_ordinary(&text[at..]).len();
-            };
-            if end < text.len()
+            if at + piece.len() < text.len()
                 && piece.chars().all(char::is_whitespace)
                 && !piece.contains(['\r', '\n'])
                 && let Some((last, _)) =
@@ -179,9 +176,11 @@ impl Splitter {
     }
 
     fn piece_tokens(&self, piece: &str, bpe: &CoreBPE) -> usize {
+        // Every single byte is a token, so a piece not in the vocabulary is
+        // at least two bytes long, as `byte_pair_split` requires.
         let bytes = piece.as_bytes();
-        if bytes.len() <= 1 || self.ranks.contains_key(bytes) {
-            usize::from(!bytes.is_empty())
+        if self.ranks.contains_key(bytes) {
+            1
         } else if bytes.len() < LONG_PIECE {
             tiktoken_rs::byte_pair_split(bytes, &self.ranks).len()
         } else {

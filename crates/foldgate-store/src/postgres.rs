@@ -88,13 +88,10 @@ impl PgStore {
                 .bind(Ts(call.at))
                 .bind(!self.synchronous_metering)
                 .bind(trace_line);
-            match bind_call(query, call).fetch_optional(&self.pool).await {
-                // An aborted statement wrote nothing: run it again, as
-                // `in_tx` runs a transaction again.
-                Err(e) if attempt < CONFLICT_RETRIES && is_retryable(&e) => {
-                    tracing::debug!(attempt, "retrying a metering statement");
-                }
-                other => break other?,
+            let result = bind_call(query, call).fetch_optional(&self.pool).await;
+            let result = result.map_err(StoreError::from);
+            if !retry_after_conflict(attempt, &result) {
+                break result?;
             }
         };
         let Some(row) = row else {

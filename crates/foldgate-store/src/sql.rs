@@ -58,13 +58,8 @@ macro_rules! sql_backend {
                         }
                         Err(e) => Err(StoreError::from(e)),
                     };
-                    match result {
-                        Err(StoreError::Database(e))
-                            if attempt < CONFLICT_RETRIES && is_retryable(&e) =>
-                        {
-                            tracing::debug!(attempt, "retrying a transaction");
-                        }
-                        other => return other,
+                    if !retry_after_conflict(attempt, &result) {
+                        return result;
                     }
                 }
             }
@@ -553,6 +548,20 @@ macro_rules! sql_backend {
             give_in: "UPDATE deployment_usage SET active_branches = active_branches - 1 \
                  WHERE stripe = $1 AND active_branches > 0",
         };
+
+        /// Whether the `attempt`th run of a transaction (or of a statement
+        /// that is one) should be followed by another: the database aborted
+        /// it for a retryable reason (see the backend's `is_retryable`), and
+        /// it has run fewer than `CONFLICT_RETRIES` times. An aborted run
+        /// wrote nothing.
+        fn retry_after_conflict<R>(attempt: usize, result: &Result<R, StoreError>) -> bool {
+            let retry = attempt < CONFLICT_RETRIES
+                && matches!(result, Err(StoreError::Database(e)) if is_retryable(e));
+            if retry {
+                tracing::debug!(attempt, "retrying after a conflict");
+            }
+            retry
+        }
 
         /// Binds a trace line's columns from `upstream` to `called_at` (all
         /// but its id, tenant, branch and charge), in the order of the

@@ -77,8 +77,8 @@ impl<'writer> FormatFields<'writer> for SpanJsonFields {
         mut writer: Writer<'writer>,
         fields: R,
     ) -> fmt::Result {
-        let mut members = JsonMembers::new(&mut writer);
-        members.out.write_char('{')?;
+        writer.write_char('{')?;
+        let mut members = JsonMembers::new(&mut writer, true);
         fields.record(&mut members);
         members.finish()?;
         writer.write_char('}')
@@ -100,8 +100,7 @@ impl<'writer> FormatFields<'writer> for SpanJsonFields {
             return Err(fmt::Error);
         }
         let open = stored.len();
-        let mut members = JsonMembers::new(stored);
-        members.first = open == 1;
+        let mut members = JsonMembers::new(stored, open == 1);
         fields.record(&mut members);
         let written = members.finish();
         if written.is_err() {
@@ -128,8 +127,8 @@ struct JsonMembers<'a, W: fmt::Write> {
 }
 
 impl<'a, W: fmt::Write> JsonMembers<'a, W> {
-    fn new(out: &'a mut W) -> Self {
-        Self { out, first: true, result: Ok(()) }
+    fn new(out: &'a mut W, first: bool) -> Self {
+        Self { out, first, result: Ok(()) }
     }
 
     fn finish(self) -> fmt::Result {
@@ -271,15 +270,22 @@ mod tests {
         }
     }
 
+    /// The one line `emit` logs, with `fields` formatting span fields.
+    fn log_line<F>(fields: F, emit: impl FnOnce()) -> Value
+    where
+        F: for<'w> FormatFields<'w> + Send + Sync + 'static,
+    {
+        let buffer = Buffer::default();
+        let layer =
+            tracing_subscriber::fmt::layer().json().fmt_fields(fields).with_writer(buffer.clone());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), emit);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        serde_json::from_str(text.trim()).unwrap()
+    }
+
     #[test]
     fn fields_recorded_later_reach_the_log_line() {
-        let buffer = Buffer::default();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .fmt_fields(SpanJsonFields)
-            .with_writer(buffer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let line = log_line(SpanJsonFields, || {
             let outer = tracing::info_span!("request", request_id = "r-1", status = Empty);
             let _outer = outer.enter();
             let span = tracing::info_span!(
@@ -296,8 +302,6 @@ mod tests {
             outer.record("status", 200);
             tracing::info!(answer = 1, "done");
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        let line: Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["fields"]["message"], "done");
         let span = &line["span"];
         assert_eq!(span["name"], "call");
@@ -327,11 +331,7 @@ mod tests {
     where
         F: for<'w> FormatFields<'w> + Send + Sync + 'static,
     {
-        let buffer = Buffer::default();
-        let layer =
-            tracing_subscriber::fmt::layer().json().fmt_fields(fields).with_writer(buffer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let line = log_line(fields, || {
             let span = tracing::info_span!(
                 "call",
                 quoted = "a \"b\" \\ c",
@@ -356,8 +356,6 @@ mod tests {
             span.record("later", "set \"later\"");
             tracing::info!("done");
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        let line: Value = serde_json::from_str(text.trim()).unwrap();
         line["span"].clone()
     }
 
@@ -374,21 +372,13 @@ mod tests {
 
     #[test]
     fn a_value_that_fails_to_format_leaves_the_span_readable() {
-        let buffer = Buffer::default();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .fmt_fields(SpanJsonFields)
-            .with_writer(buffer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let line = log_line(SpanJsonFields, || {
             let span = tracing::info_span!("call", kept = 1, failing = Empty, later = Empty);
             let _entered = span.enter();
             span.record("failing", tracing::field::debug(Unformattable));
             span.record("later", 2);
             tracing::info!("done");
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        let line: Value = serde_json::from_str(text.trim()).unwrap();
         let span = &line["span"];
         assert_eq!((&span["kept"], &span["later"]), (&Value::from(1), &Value::from(2)), "{line}");
         assert!(span.get("failing").is_none() && line.get("field_error").is_none(), "{line}");
