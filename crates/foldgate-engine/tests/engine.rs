@@ -65,6 +65,7 @@ on_both_backends!(
     due_branches_end_together_and_the_books_balance,
     supervisor_fires_a_deadline_within_a_second,
     idle_sessions_are_ended,
+    activity_is_recorded_to_the_second_and_no_session_is_ended_early,
     two_engines_fire_each_deadline_exactly_once,
     refusals_for_budget_and_prompt_size,
 );
@@ -933,6 +934,47 @@ async fn idle_sessions_are_ended(backend: Backend) {
     let ended = s.end_session_of(&env.alice.tenant, &sid, Some(stale)).await.unwrap();
     assert!(!ended.session_ended);
     assert_eq!(branch(&env, back.id).await.status, BranchStatus::Active, "its branch lives");
+    env.db.cleanup().await;
+}
+
+/// Activity is written at most once per `ACTIVITY_RESOLUTION` (metered
+/// calls are frequent), and the supervisor allows for that, so that a
+/// session is ended as idle at most that late and never early.
+async fn activity_is_recorded_to_the_second_and_no_session_is_ended_early(backend: Backend) {
+    let config =
+        FoldingConfig { session_idle_timeout: Duration::from_secs(60), ..FoldingConfig::default() };
+    let env = env_with(backend, config).await;
+    let s = &env.service;
+    let sid = SessionId::parse("busy").unwrap();
+    let recorded = || async {
+        s.store().session(&env.alice.tenant, &sid).await.unwrap().unwrap().last_activity_at
+    };
+    let started = env.clock.now();
+    let b = create(s, &env.alice, "busy", None).await;
+    assert_eq!(recorded().await, started);
+
+    env.clock.advance(Duration::from_millis(600));
+    s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, 30)).await.unwrap();
+    assert_eq!(recorded().await, started, "0.6 s later: not written");
+    env.clock.advance(Duration::from_millis(600));
+    let second = env.clock.now();
+    s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, 30)).await.unwrap();
+    assert_eq!(recorded().await, second, "1.2 s later: written");
+    env.clock.advance(Duration::from_millis(500));
+    let last_activity = env.clock.now();
+    s.return_branch(&env.alice, ret(b.id, "done")).await.unwrap();
+    assert_eq!(recorded().await, second, "the return, 0.5 s later: not written");
+
+    let reconciler = IdleSessionReconciler::new(Arc::clone(s), SupervisorConfig::default());
+    // 59.8 s after the last activity, 60.3 s after the record of it.
+    env.clock.advance(Duration::from_millis(59_800));
+    assert_eq!(reconciler.activate().await.sessions_ended, 0, "not idle for 60 s yet");
+    let open = s.store().session(&env.alice.tenant, &sid).await.unwrap().unwrap();
+    assert_eq!(open.status, foldgate_domain::SessionStatus::Open);
+    env.clock.advance(Duration::from_millis(1_300));
+    assert!(env.clock.now() - last_activity < chrono::Duration::seconds(62));
+    let pass = reconciler.activate().await;
+    assert_eq!(pass.sessions_ended, 1, "idle for 61.1 s: ended, {pass:?}");
     env.db.cleanup().await;
 }
 

@@ -403,7 +403,8 @@ pub trait Store: Send + Sync + Debug {
         at: DateTime<Utc>,
     ) -> Result<u64, StoreError>;
 
-    /// Records activity on a session (it is not idle).
+    /// Records activity on a session (it is not idle), to
+    /// [`ACTIVITY_RESOLUTION`].
     async fn touch_session(
         &self,
         tenant: &TenantId,
@@ -486,6 +487,20 @@ impl ConnectOptions {
             synchronous_metering: false,
         }
     }
+}
+
+/// How fresh a session's recorded activity is kept. Activity is written only
+/// over a record at least this old, so that a busy session is written about
+/// once a second rather than on every metered call: each such write is a
+/// new row version with new index entries. The supervisor allows for it
+/// and never ends a session as idle early.
+pub const ACTIVITY_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// The recorded activity that activity at `at` replaces: what is older than
+/// [`ACTIVITY_RESOLUTION`] before it.
+pub(crate) fn activity_stale_before(at: DateTime<Utc>) -> DateTime<Utc> {
+    let resolution = chrono::TimeDelta::from_std(ACTIVITY_RESOLUTION).unwrap_or_default();
+    at.checked_sub_signed(resolution).unwrap_or(at)
 }
 
 /// A pooled connection idle for less than this is handed out without a

@@ -88,7 +88,8 @@ impl PgStore {
                 .bind(Ts(call.at))
                 .bind(!self.synchronous_metering)
                 .bind(trace_line);
-            let result = bind_call(query, call).fetch_optional(&self.pool).await;
+            let query = bind_call(query, call).bind(Ts(crate::activity_stale_before(call.at)));
+            let result = query.fetch_optional(&self.pool).await;
             let result = result.map_err(StoreError::from);
             if !retry_after_conflict(attempt, &result) {
                 break result?;
@@ -112,7 +113,8 @@ impl PgStore {
 ///   the row as that charge left it.
 /// - `charged` writes the ledger as `consume` does (the 80% warning and
 ///   exhaustion recorded once), only when something was granted or ran out.
-/// - `touched` records activity in the session (its row is locked after the
+/// - `touched` records activity in the session, to
+///   [`crate::ACTIVITY_RESOLUTION`] (its row is locked after the
 ///   branch's, in the order of [`ops`]).
 /// - The writes find their rows by key (`$2`, the session id as a scalar)
 ///   rather than by matching `plan`'s columns, so that they are index
@@ -143,7 +145,7 @@ WITH prior AS (\
     FROM plan WHERE b.tenant_id = $1 AND b.id = $2 AND (plan.granted > 0 OR plan.exhausted)\
 ), touched AS (\
     UPDATE sessions SET last_activity_at = $4 \
-    WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $4\
+    WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $14\
 ), relaxed AS (\
     SELECT CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true) END\
 ), logged AS (\

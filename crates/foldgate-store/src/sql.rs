@@ -588,11 +588,12 @@ macro_rules! sql_backend {
         ) -> Result<(), StoreError> {
             sqlx::query(
                 "UPDATE sessions SET last_activity_at = $3 \
-                 WHERE tenant_id = $1 AND session_id = $2 AND last_activity_at < $3",
+                 WHERE tenant_id = $1 AND session_id = $2 AND last_activity_at < $4",
             )
             .bind(tenant.as_str())
             .bind(session)
             .bind(Ts(at))
+            .bind(Ts(crate::activity_stale_before(at)))
             .execute(ex)
             .await?;
             Ok(())
