@@ -114,6 +114,8 @@ async fn forward(
     let arguments = request.arguments.as_ref();
     let tokens_in =
         tokens.count(&compact(&arguments.map_or(Value::Null, |a| Value::Object(a.clone()))));
+    // As read before the call: enough to refuse arguments that alone use
+    // it up; the charge after the call is what counts.
     let remaining = match &target {
         CallTarget::Branch(branch) => Some(branch.ledger.remaining()),
         CallTarget::Outside(_) => None,
@@ -152,9 +154,15 @@ async fn forward(
                     "the upstream's error could not be scrubbed of secrets",
                 ));
             };
-            meter.record(tokens_in, tokens_out, CallOutcome::ToolError).await?;
-            let message = error["message"].as_str().unwrap_or_default().to_owned();
-            let data = error.get("data").filter(|d| !d.is_null()).cloned();
+            let metered = meter.record(tokens_in, tokens_out, CallOutcome::ToolError).await?;
+            let mut message = error["message"].as_str().unwrap_or_default().to_owned();
+            let mut data = error.get("data").filter(|d| !d.is_null()).cloned();
+            if let Some((room, CallOutcome::Truncated)) = metered.received {
+                // Cut like a result: the message to what the grant covers,
+                // without its data.
+                message = tokens.truncate(&message, room).0;
+                data = None;
+            }
             let code = i32::try_from(code).unwrap_or(-32603);
             return Err(ErrorData::new(RpcCode(code), message, data));
         }
@@ -176,18 +184,19 @@ async fn forward(
     } else {
         CallOutcome::Ok
     };
-    if let (Some(remaining), CallTarget::Branch(branch)) = (remaining, &target)
-        && tokens_in + tokens_out > remaining
+    // The charge decides what the agent receives: the branch grants what
+    // remains of its budget when the charge takes its lock, which a
+    // concurrent call may have spent since the read before this one.
+    let metered = meter.record(tokens_in, tokens_out, outcome).await?;
+    if let (Some((room, CallOutcome::Truncated)), Some(branch)) = (metered.received, metered.branch)
     {
-        let room = remaining - tokens_in;
-        let shown = truncate_result(&tokens, &mut result, room, tokens_out, branch.id);
+        let ended = metered.forced_return.then_some(branch);
+        let shown = truncate_result(&tokens, &mut result, room, tokens_out, ended);
         tracing::info!(upstream = %upstream.name(), tool = name, tokens_out, shown,
-            branch_id = %branch.id, "upstream result truncated at the branch's budget");
-        // The branch is charged up to its budget, which exhausts it.
+            branch_id = %branch, "upstream result truncated at the branch's budget");
         tokens_out = room;
         outcome = CallOutcome::Truncated;
     }
-    let metered = meter.record(tokens_in, tokens_out, outcome).await?;
     let mut result: CallToolResult = serde_json::from_value(result).map_err(|e| {
         error::internal(&format!(
             "upstream {:?} returned an unreadable result: {e}",
@@ -217,6 +226,9 @@ struct Metered {
     used: Option<Tokens>,
     budget: Option<Tokens>,
     forced_return: bool,
+    /// What the agent receives of the result, when a branch was charged
+    /// ([`CallRecord::received`]).
+    received: Option<(Tokens, CallOutcome)>,
 }
 
 /// Records a call where it belongs.
@@ -232,6 +244,8 @@ struct Meter<'a> {
 }
 
 impl Meter<'_> {
+    /// Charges the call where it belongs. Metrics and the span record the
+    /// call as the agent receives it.
     async fn record(
         &self,
         tokens_in: Tokens,
@@ -240,19 +254,28 @@ impl Meter<'_> {
     ) -> Result<Metered, ErrorData> {
         let tenant = self.who.tenant.as_str();
         let metrics = &self.upstream.metrics;
-        metrics.record_tokens(tenant, self.upstream.name(), tokens_in, tokens_out);
-        self.span.record("tokens_in", tokens_in);
-        self.span.record("tokens_out", tokens_out);
-        self.span.record("outcome", outcome.as_str());
+        let noted = |tokens_out: Tokens, outcome: CallOutcome| {
+            metrics.record_tokens(tenant, self.upstream.name(), tokens_in, tokens_out);
+            self.span.record("tokens_in", tokens_in);
+            self.span.record("tokens_out", tokens_out);
+            self.span.record("outcome", outcome.as_str());
+        };
         match self.target {
             CallTarget::Outside(session) => {
+                noted(tokens_out, outcome);
                 metrics.record_outside_branches(tenant, self.upstream.name());
                 if let Some(session) = session {
                     self.span.record("session.id", session.as_str());
                 }
                 let usage = OutsideUsage { calls: 1, tokens_in, tokens_out };
                 self.service.record_outside(&self.who.tenant, session.clone(), usage);
-                Ok(Metered { branch: None, used: None, budget: None, forced_return: false })
+                Ok(Metered {
+                    branch: None,
+                    used: None,
+                    budget: None,
+                    forced_return: false,
+                    received: None,
+                })
             }
             CallTarget::Branch(branch) => {
                 self.span.record("branch.id", tracing::field::display(branch.id));
@@ -271,11 +294,15 @@ impl Meter<'_> {
                     .meter_call(&self.who.tenant, branch.id, &call)
                     .await
                     .map_err(|e| error::internal(&format!("metering an upstream call: {e}")))?;
+                let received = metered.consumption.map(|c| call.received(c.granted));
+                let (shown, outcome) = received.unwrap_or((tokens_out, outcome));
+                noted(shown, outcome);
                 Ok(Metered {
                     branch: Some(branch.id),
                     used: metered.consumption.map(|c| c.ledger.used),
                     budget: Some(branch.ledger.budget),
                     forced_return: metered.forced_return,
+                    received,
                 })
             }
         }
@@ -419,23 +446,30 @@ fn carries(item: &Value, structured: &Value) -> bool {
             .is_some_and(|v| &v == structured)
 }
 
-/// Cuts a result to at most `room` tokens, marker included: content items
-/// are kept in order while they fit, the one that does not fit is cut (if it
-/// is text), the rest are dropped, and so is `structuredContent` (it cannot
-/// be cut without breaking its schema). Returns the tokens shown.
+/// Cuts a result of `total` tokens to at most `room`, marker included (or
+/// to the marker alone if it is more than the room): content items are kept
+/// in order while they fit, the one that does not fit is cut (if it is
+/// text), the rest are dropped, and so is `structuredContent` (it cannot be
+/// cut without breaking its schema). The marker names the branch if the
+/// charge force-returned it (it does not when what is left of the budget is
+/// lent to children). Returns the tokens shown.
 fn truncate_result(
     tokens: &TokenCounter,
     result: &mut Value,
     room: Tokens,
     total: Tokens,
-    branch: BranchId,
+    force_returned: Option<BranchId>,
 ) -> Tokens {
+    let ended = force_returned.map_or_else(String::new, |branch| {
+        format!("; branch {branch} was force-returned (budget_exhausted)")
+    });
     let marker = format!(
         "\n[foldgate: result truncated at the branch's token budget ({total} tokens, \
-         {room} remained); branch {branch} was force-returned (budget_exhausted)]"
+         {room} remained){ended}]"
     );
     let marker_tokens = tokens.count(&marker);
-    let mut left = room.saturating_sub(marker_tokens);
+    let content_room = room.saturating_sub(marker_tokens);
+    let mut left = content_room;
     let mut kept = Vec::new();
     let items = result.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
     for mut item in items {
@@ -449,18 +483,18 @@ fn truncate_result(
             && let Some(text) = item.get("text").and_then(Value::as_str)
         {
             let (cut, n) = tokens.truncate(text, left);
-            left -= n;
-            item["text"] = Value::String(cut);
-            kept.push(item);
+            if !cut.is_empty() {
+                left -= n;
+                item["text"] = Value::String(cut);
+                kept.push(item);
+            }
         }
         break;
     }
-    let mut shown = room - left;
-    if marker_tokens <= room {
-        kept.push(json!({"type": "text", "text": marker}));
-    } else {
-        shown -= marker_tokens.min(shown);
-    }
+    let shown = content_room - left + marker_tokens;
+    // The marker is always shown: a result cut to nothing must still say
+    // so. When it alone is more than the room, it is all that is shown.
+    kept.push(json!({"type": "text", "text": marker}));
     if let Value::Object(obj) = result {
         obj.insert("content".into(), Value::Array(kept));
         obj.remove("structuredContent");
@@ -505,13 +539,23 @@ mod tests {
         });
         let total = result_tokens(&t, &result);
         let id = BranchId::generate();
-        let shown = truncate_result(&t, &mut result, 100, total, id);
+        let original = result.clone();
+        let shown = truncate_result(&t, &mut result, 100, total, Some(id));
         assert!(shown <= 100, "{shown}");
         assert!(result_tokens(&t, &result) <= 100);
         let content = result["content"].as_array().unwrap();
         assert_eq!(content.len(), 3, "first, the cut second, the marker");
-        assert!(content[2]["text"].as_str().unwrap().contains("truncated"));
+        let marker = content[2]["text"].as_str().unwrap();
+        assert!(marker.contains("truncated") && marker.contains(&id.to_string()), "{marker}");
         assert!(result.get("structuredContent").is_none());
+
+        // A branch whose remaining budget is lent to children is not
+        // returned, and the marker does not say it is.
+        let mut result = original;
+        truncate_result(&t, &mut result, 100, total, None);
+        let content = result["content"].as_array().unwrap();
+        let marker = content.last().unwrap()["text"].as_str().unwrap();
+        assert!(marker.contains("truncated") && !marker.contains("force-returned"), "{marker}");
     }
 
     #[test]

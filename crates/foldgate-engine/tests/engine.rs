@@ -465,8 +465,8 @@ async fn metered_calls_are_charged_by_the_ledgers_rule(backend: Backend) {
         let before = branch(&env, b.id).await;
         let want = before.ledger.consume(tokens, before.warned_at.is_some());
 
-        let metered = s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, tokens)).await;
-        let metered = metered.unwrap();
+        let call = upstream_call(&env, tokens);
+        let metered = s.meter_call(&env.alice.tenant, b.id, &call).await.unwrap();
         let case = format!("case {i}: {:?}", cases[i]);
         assert_eq!(metered.consumption, Some(want), "{case}");
         assert_eq!(metered.forced_return, want.exhausted, "{case}");
@@ -477,7 +477,10 @@ async fn metered_calls_are_charged_by_the_ledgers_rule(backend: Backend) {
         assert_eq!(after.status, status, "{case}");
         let trace = s.call_summary(&env.alice, b.id).await.unwrap();
         assert_eq!((trace.calls, trace.tokens_charged), (1, want.granted), "{case}");
-        assert_eq!(trace.tokens_in + trace.tokens_out, tokens, "{case}");
+        // Recorded as received: a result the grant does not cover is cut.
+        let (received, outcome) = call.received(want.granted);
+        assert_eq!((trace.tokens_in, trace.tokens_out), (call.tokens_in, received), "{case}");
+        assert_eq!(trace.truncated, u64::from(outcome == CallOutcome::Truncated), "{case}");
     }
 
     // A call that finishes after its branch ended is recorded, charged

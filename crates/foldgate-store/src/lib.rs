@@ -226,6 +226,22 @@ impl CallRecord {
     pub fn tokens(&self) -> Tokens {
         self.tokens_in.saturating_add(self.tokens_out)
     }
+
+    /// What the agent receives of the result when the branch grants
+    /// `granted` of [`CallRecord::tokens`]: a result that the grant does not
+    /// cover is cut at what it covers after the arguments (`Truncated`). A
+    /// call that produced no result (refused, or the upstream failed) is
+    /// left as it is. The trace records the call this way.
+    pub fn received(&self, granted: Tokens) -> (Tokens, CallOutcome) {
+        match self.outcome {
+            CallOutcome::Ok | CallOutcome::ToolError | CallOutcome::Truncated
+                if granted < self.tokens() =>
+            {
+                (granted.saturating_sub(self.tokens_in), CallOutcome::Truncated)
+            }
+            _ => (self.tokens_out, self.outcome),
+        }
+    }
 }
 
 /// Calls of one upstream tool within a branch.
@@ -639,6 +655,33 @@ pub(crate) fn retry_after(from: DateTime<Utc>, until: DateTime<Utc>) -> Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_is_received_as_far_as_its_grant_goes() {
+        let call = |outcome| CallRecord {
+            upstream: "files".into(),
+            tool: "read".into(),
+            tokens_in: 30,
+            tokens_out: 70,
+            duration: Duration::from_millis(1),
+            outcome,
+            at: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        let ok = call(CallOutcome::Ok);
+        assert_eq!(ok.received(100), (70, CallOutcome::Ok), "granted in full");
+        assert_eq!(ok.received(1_000), (70, CallOutcome::Ok));
+        assert_eq!(ok.received(99), (69, CallOutcome::Truncated));
+        assert_eq!(ok.received(30), (0, CallOutcome::Truncated), "the arguments only");
+        assert_eq!(ok.received(10), (0, CallOutcome::Truncated), "not even those");
+        assert_eq!(call(CallOutcome::ToolError).received(50), (20, CallOutcome::Truncated));
+        assert_eq!(call(CallOutcome::Truncated).received(50), (20, CallOutcome::Truncated));
+        assert_eq!(call(CallOutcome::ToolError).received(100), (70, CallOutcome::ToolError));
+        // No result to cut.
+        let refused = CallRecord { tokens_out: 0, ..call(CallOutcome::Refused) };
+        assert_eq!(refused.received(10), (0, CallOutcome::Refused));
+        let failed = CallRecord { tokens_out: 0, ..call(CallOutcome::UpstreamError) };
+        assert_eq!(failed.received(0), (0, CallOutcome::UpstreamError));
+    }
 
     #[test]
     fn backends_by_url() {

@@ -392,8 +392,9 @@ pub(crate) async fn consume<T: Tx>(
 }
 
 /// Charges an upstream call to a branch and records it in the branch's
-/// trace. A branch that is not active (anymore) is charged nothing, but the
-/// call is still recorded.
+/// trace as the agent receives it ([`CallRecord::received`]). A branch that
+/// is not active (anymore) is charged nothing, but the call is still
+/// recorded.
 pub(crate) async fn meter_call<T: Tx>(
     tx: &mut T,
     tenant: &TenantId,
@@ -405,7 +406,9 @@ pub(crate) async fn meter_call<T: Tx>(
         return Ok(None);
     };
     let charge = charge(tx, tenant, &row, call.tokens(), call.at).await?;
-    tx.insert_call(tenant, row.id, call, charge.granted).await?;
+    let (tokens_out, outcome) = call.received(charge.granted);
+    let received = CallRecord { tokens_out, outcome, ..call.clone() };
+    tx.insert_call(tenant, row.id, &received, charge.granted).await?;
     Ok(Some(charge))
 }
 

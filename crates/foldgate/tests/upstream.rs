@@ -42,6 +42,10 @@ use tokio_util::sync::CancellationToken;
 // ---------------------------------------------------------------------------
 // The upstream: a small "files" MCP server.
 
+/// Where the calls of `read_together` wait for each other.
+static TOGETHER: std::sync::LazyLock<tokio::sync::Barrier> =
+    std::sync::LazyLock::new(|| tokio::sync::Barrier::new(3));
+
 /// A secret the scrubber knows (a GitHub token's format).
 const LEAKED: &str = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
 
@@ -77,7 +81,8 @@ impl ServerHandler for Files {
             "additionalProperties": false,
         });
         Ok(ListToolsResult::with_all_items(vec![
-            Tool::new("read_file", "Read a file", schema(path)),
+            Tool::new("read_file", "Read a file", schema(path.clone())),
+            Tool::new("read_together", "Read a file, answering with two other calls", schema(path)),
             Tool::new(
                 "echo",
                 "Echo text",
@@ -100,6 +105,16 @@ impl ServerHandler for Files {
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let result = match request.name.as_ref() {
             "read_file" => {
+                let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
+                CallToolResult::success(vec![ContentBlock::text(file_text(
+                    &text("path"),
+                    lines as usize,
+                ))])
+            }
+            "read_together" => {
+                // Held until two other calls of it are in: their results
+                // reach the gateway together.
+                TOGETHER.wait().await;
                 let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
                 CallToolResult::success(vec![ContentBlock::text(file_text(
                     &text("path"),
@@ -615,6 +630,88 @@ async fn overrun(backend: Backend) {
 
     gw.stop().await;
     files.down().await;
+}
+
+/// Three calls in one branch, each of whose results fits what the branch
+/// had left when the call was made, but not all three: the charges, not
+/// the read before each call, decide what the agent receives.
+async fn concurrent_results_are_cut_at_the_budget_together(backend: Backend) {
+    let files = Upstream::start("Bearer files-secret").await;
+    let config = upstream_config(&format!(
+        "[[upstreams]]\nname = \"files\"\nurl = \"{}\"\ntimeout_seconds = 10\n\
+         refresh_seconds = 1\n[upstreams.headers]\nAuthorization = \"Bearer files-secret\"\n",
+        files.url()
+    ));
+    let gw = gateway_with(backend, vec![config]).await;
+    let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
+    tools_until(&agent, |n| n.contains(&"files__read_together".to_owned())).await;
+    let tokens = counter();
+    let each = tokens.count(&file_text("a.rs", 30));
+    let created = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "s1", "description": "read three", "budget": 2 * each + 60}),
+    )
+    .await);
+    let id = created["branch_id"].as_str().unwrap().to_owned();
+    let prompt = created["budget_used"].as_u64().unwrap();
+    let budget = created["budget_allocated"].as_u64().unwrap();
+
+    let read = |path: &'static str| {
+        call_in(&agent, &id, "files__read_together", json!({"path": path, "lines": 30}))
+    };
+    let (a, b, c) = tokio::join!(read("a.rs"), read("b.rs"), read("c.rs"));
+    let mut shown = 0;
+    let mut charged = 0;
+    let mut cut = 0;
+    for result in [&a, &b, &c] {
+        let report = metering(result);
+        charged += report["tokens_in"].as_u64().unwrap() + report["tokens_out"].as_u64().unwrap();
+        // The upstream's text the agent received; the marker is the
+        // gateway's and not charged.
+        let texts: Vec<&str> =
+            result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect();
+        let marked = texts.last().is_some_and(|t| t.starts_with("\n[foldgate: result truncated"));
+        let upstream_text = if marked { &texts[..texts.len() - 1] } else { &texts[..] };
+        shown += upstream_text.iter().map(|t| tokens.count(t)).sum::<u64>();
+        if report["truncated"] == true {
+            cut += 1;
+            assert!(marked, "a cut result says so: {result:?}");
+        } else {
+            assert_eq!(report["tokens_out"].as_u64().unwrap(), each);
+        }
+    }
+    assert!(cut >= 1, "three results of {each} tokens do not fit {budget}");
+    assert!(shown <= budget - prompt, "the agent saw {shown} tokens of {}", budget - prompt);
+    assert_eq!(charged, budget - prompt, "the calls are charged what was left");
+
+    let status = ok(&call(&agent, "branch_status", json!({"branch_id": id})).await);
+    assert_eq!(
+        (status["status"].as_str(), status["reason"].as_str()),
+        (Some("timeout"), Some("budget_exhausted"))
+    );
+    assert_eq!(status["budget_used"].as_u64().unwrap(), budget);
+    assert_eq!(status["calls"]["count"], 3);
+    assert_eq!(status["calls"]["truncated"], cut);
+    assert_eq!(
+        status["calls"]["tokens_in"].as_u64().unwrap()
+            + status["calls"]["tokens_out"].as_u64().unwrap(),
+        budget - prompt,
+        "the trace records what the agent received"
+    );
+
+    gw.stop().await;
+    files.down().await;
+}
+
+#[tokio::test]
+async fn concurrent_results_are_cut_at_the_budget_together_sqlite() {
+    concurrent_results_are_cut_at_the_budget_together(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn concurrent_results_are_cut_at_the_budget_together_postgres() {
+    concurrent_results_are_cut_at_the_budget_together(Backend::Postgres).await;
 }
 
 #[tokio::test]
