@@ -104,17 +104,12 @@ impl ServerHandler for Files {
         let args = request.arguments.unwrap_or_default();
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let result = match request.name.as_ref() {
-            "read_file" => {
-                let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
-                CallToolResult::success(vec![ContentBlock::text(file_text(
-                    &text("path"),
-                    lines as usize,
-                ))])
-            }
-            "read_together" => {
-                // Held until two other calls of it are in: their results
-                // reach the gateway together.
-                TOGETHER.wait().await;
+            name @ ("read_file" | "read_together") => {
+                if name == "read_together" {
+                    // Held until two other calls of it are in: their
+                    // results reach the gateway together.
+                    TOGETHER.wait().await;
+                }
                 let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
                 CallToolResult::success(vec![ContentBlock::text(file_text(
                     &text("path"),
