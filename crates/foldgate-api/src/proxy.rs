@@ -157,10 +157,10 @@ async fn forward(
             let metered = meter.record(tokens_in, tokens_out, CallOutcome::ToolError).await?;
             let mut message = error["message"].as_str().unwrap_or_default().to_owned();
             let mut data = error.get("data").filter(|d| !d.is_null()).cloned();
-            if let Some((room, CallOutcome::Truncated)) = metered.received {
-                // Cut like a result: the message to what the grant covers,
-                // without its data.
-                message = tokens.truncate(&message, room).0;
+            if let Some((room, why)) = metered.cut() {
+                // Cut like a result: the message, marked, to what the grant
+                // covers, without its data.
+                message = cut_text(&tokens, &message, room, tokens_out, why);
                 data = None;
             }
             let code = i32::try_from(code).unwrap_or(-32603);
@@ -188,12 +188,10 @@ async fn forward(
     // remains of its budget when the charge takes its lock, which a
     // concurrent call may have spent since the read before this one.
     let metered = meter.record(tokens_in, tokens_out, outcome).await?;
-    if let (Some((room, CallOutcome::Truncated)), Some(branch)) = (metered.received, metered.branch)
-    {
-        let ended = metered.forced_return.then_some(branch);
-        let shown = truncate_result(&tokens, &mut result, room, tokens_out, ended);
-        tracing::info!(upstream = %upstream.name(), tool = name, tokens_out, shown,
-            branch_id = %branch, "upstream result truncated at the branch's budget");
+    if let Some((room, why)) = metered.cut() {
+        let shown = truncate_result(&tokens, &mut result, room, tokens_out, why);
+        tracing::info!(upstream = %upstream.name(), tool = name, tokens_out, shown, ?why,
+            "upstream result cut to what its branch granted");
         tokens_out = room;
         outcome = CallOutcome::Truncated;
     }
@@ -226,9 +224,66 @@ struct Metered {
     used: Option<Tokens>,
     budget: Option<Tokens>,
     forced_return: bool,
+    /// The branch was no longer active when the call was charged.
+    ended: bool,
     /// What the agent receives of the result, when a branch was charged
     /// ([`CallRecord::received`]).
     received: Option<(Tokens, CallOutcome)>,
+}
+
+impl Metered {
+    /// Why a result is cut, if it is.
+    fn cut(&self) -> Option<(Tokens, Cut)> {
+        let (Some((room, CallOutcome::Truncated)), Some(branch)) = (self.received, self.branch)
+        else {
+            return None;
+        };
+        let why = if self.ended {
+            Cut::Ended(branch)
+        } else {
+            Cut::Budget { force_returned: self.forced_return.then_some(branch) }
+        };
+        Some((room, why))
+    }
+}
+
+/// Why a result was cut.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// At the branch's budget; the branch, if the charge force-returned it
+    /// (it does not when what is left is lent to children).
+    Budget { force_returned: Option<BranchId> },
+    /// The branch had ended when the call was charged.
+    Ended(BranchId),
+}
+
+impl Cut {
+    /// The text that tells the agent, in full, and short for when the
+    /// full text does not fit what is left of a budget (a result withheld
+    /// had nothing left, and is told in full).
+    fn marker(self, total: Tokens, room: Tokens) -> (String, Option<&'static str>) {
+        match self {
+            Self::Budget { force_returned } => {
+                let ended = force_returned.map_or_else(String::new, |branch| {
+                    format!("; branch {branch} was force-returned (budget_exhausted)")
+                });
+                (
+                    format!(
+                        "\n[foldgate: result truncated at the branch's token budget ({total} \
+                         tokens, {room} remained){ended}]"
+                    ),
+                    Some("\n[foldgate: result truncated at the branch's token budget]"),
+                )
+            }
+            Self::Ended(branch) => (
+                format!(
+                    "\n[foldgate: result withheld ({total} tokens): branch {branch} had ended \
+                     when the call was charged]"
+                ),
+                None,
+            ),
+        }
+    }
 }
 
 /// Records a call where it belongs.
@@ -274,6 +329,7 @@ impl Meter<'_> {
                     used: None,
                     budget: None,
                     forced_return: false,
+                    ended: false,
                     received: None,
                 })
             }
@@ -289,20 +345,24 @@ impl Meter<'_> {
                     outcome,
                     at: self.service.clock().now(),
                 };
-                let metered = self
-                    .service
-                    .meter_call(&self.who.tenant, branch.id, &call)
-                    .await
-                    .map_err(|e| error::internal(&format!("metering an upstream call: {e}")))?;
-                let received = metered.consumption.map(|c| call.received(c.granted));
-                let (shown, outcome) = received.unwrap_or((tokens_out, outcome));
-                noted(shown, outcome);
+                let metered =
+                    self.service.meter_call(&self.who.tenant, branch.id, &call).await.map_err(
+                        |e| {
+                            noted(tokens_out, outcome);
+                            error::internal(&format!("metering an upstream call: {e}"))
+                        },
+                    )?;
+                // A branch that ended meanwhile grants nothing.
+                let granted = metered.consumption.map_or(0, |c| c.granted);
+                let received = call.received(granted);
+                noted(received.0, received.1);
                 Ok(Metered {
                     branch: Some(branch.id),
                     used: metered.consumption.map(|c| c.ledger.used),
                     budget: Some(branch.ledger.budget),
                     forced_return: metered.forced_return,
-                    received,
+                    ended: metered.consumption.is_none(),
+                    received: Some(received),
                 })
             }
         }
@@ -446,28 +506,21 @@ fn carries(item: &Value, structured: &Value) -> bool {
             .is_some_and(|v| &v == structured)
 }
 
-/// Cuts a result of `total` tokens to at most `room`, marker included (or
-/// to the marker alone if it is more than the room): content items are kept
-/// in order while they fit, the one that does not fit is cut (if it is
-/// text), the rest are dropped, and so is `structuredContent` (it cannot be
-/// cut without breaking its schema). The marker names the branch if the
-/// charge force-returned it (it does not when what is left of the budget is
-/// lent to children). Returns the tokens shown.
+/// Cuts a result of `total` tokens to at most `room`, marker included:
+/// content items are kept in order while they fit, the one that does not fit
+/// is cut (if it is text), the rest are dropped, and so is
+/// `structuredContent` (it cannot be cut without breaking its schema). The
+/// marker says why; a short one is used when the full one does not fit, and
+/// it is shown even when it alone is more than the room (a result cut to
+/// nothing must still say so). Returns the tokens shown.
 fn truncate_result(
     tokens: &TokenCounter,
     result: &mut Value,
     room: Tokens,
     total: Tokens,
-    force_returned: Option<BranchId>,
+    why: Cut,
 ) -> Tokens {
-    let ended = force_returned.map_or_else(String::new, |branch| {
-        format!("; branch {branch} was force-returned (budget_exhausted)")
-    });
-    let marker = format!(
-        "\n[foldgate: result truncated at the branch's token budget ({total} tokens, \
-         {room} remained){ended}]"
-    );
-    let marker_tokens = tokens.count(&marker);
+    let (marker, marker_tokens) = marker_within(tokens, why, total, room);
     let content_room = room.saturating_sub(marker_tokens);
     let mut left = content_room;
     let mut kept = Vec::new();
@@ -492,14 +545,32 @@ fn truncate_result(
         break;
     }
     let shown = content_room - left + marker_tokens;
-    // The marker is always shown: a result cut to nothing must still say
-    // so. When it alone is more than the room, it is all that is shown.
     kept.push(json!({"type": "text", "text": marker}));
     if let Value::Object(obj) = result {
         obj.insert("content".into(), Value::Array(kept));
         obj.remove("structuredContent");
     }
     shown
+}
+
+/// The marker for a cut (the full one if it fits the room, else the short
+/// one) and its tokens.
+fn marker_within(tokens: &TokenCounter, why: Cut, total: Tokens, room: Tokens) -> (String, Tokens) {
+    let (full, short) = why.marker(total, room);
+    let n = tokens.count(&full);
+    match short {
+        Some(short) if n > room => (short.to_owned(), tokens.count(short)),
+        _ => (full, n),
+    }
+}
+
+/// A text cut to at most `room` tokens with its marker (or to the marker
+/// alone, if that is more than the room).
+fn cut_text(tokens: &TokenCounter, text: &str, room: Tokens, total: Tokens, why: Cut) -> String {
+    let (marker, marker_tokens) = marker_within(tokens, why, total, room);
+    let (mut cut, _) = tokens.truncate(text, room.saturating_sub(marker_tokens));
+    cut.push_str(&marker);
+    cut
 }
 
 #[cfg(test)]
@@ -540,9 +611,10 @@ mod tests {
         let total = result_tokens(&t, &result);
         let id = BranchId::generate();
         let original = result.clone();
-        let shown = truncate_result(&t, &mut result, 100, total, Some(id));
+        let returned = Cut::Budget { force_returned: Some(id) };
+        let shown = truncate_result(&t, &mut result, 100, total, returned);
         assert!(shown <= 100, "{shown}");
-        assert!(result_tokens(&t, &result) <= 100);
+        assert_eq!(result_tokens(&t, &result), shown);
         let content = result["content"].as_array().unwrap();
         assert_eq!(content.len(), 3, "first, the cut second, the marker");
         let marker = content[2]["text"].as_str().unwrap();
@@ -551,11 +623,46 @@ mod tests {
 
         // A branch whose remaining budget is lent to children is not
         // returned, and the marker does not say it is.
-        let mut result = original;
-        truncate_result(&t, &mut result, 100, total, None);
-        let content = result["content"].as_array().unwrap();
-        let marker = content.last().unwrap()["text"].as_str().unwrap();
+        let mut lent = original.clone();
+        truncate_result(&t, &mut lent, 100, total, Cut::Budget { force_returned: None });
+        let marker = lent["content"].as_array().unwrap().last().unwrap()["text"].as_str().unwrap();
         assert!(marker.contains("truncated") && !marker.contains("force-returned"), "{marker}");
+
+        // Too little room for the full marker: the short one, and no
+        // content cut to nothing.
+        let mut tight = original.clone();
+        let shown = truncate_result(&t, &mut tight, 20, total, returned);
+        let content = tight["content"].as_array().unwrap();
+        assert_eq!(content[0]["text"], "first", "{content:?}");
+        let marker = content.last().unwrap()["text"].as_str().unwrap();
+        assert_eq!(marker, "\n[foldgate: result truncated at the branch's token budget]");
+        assert!(content.iter().all(|c| c["text"] != ""), "no item cut to nothing: {content:?}");
+        assert!(shown <= 20, "{shown}");
+
+        // Nothing granted: the marker alone, even if it is more than that.
+        let mut ended = original;
+        let shown = truncate_result(&t, &mut ended, 0, total, Cut::Ended(id));
+        let content = ended["content"].as_array().unwrap();
+        assert_eq!(content.len(), 1, "{content:?}");
+        let marker = content[0]["text"].as_str().unwrap();
+        assert!(marker.contains("withheld") && marker.contains(&id.to_string()), "{marker}");
+        assert_eq!(shown, t.count(marker));
+    }
+
+    #[test]
+    fn a_cut_error_message_is_marked() {
+        let t = counter();
+        let message = "the disk is on fire ".repeat(50);
+        let total = t.count(&message);
+        let why = Cut::Budget { force_returned: None };
+        let cut = cut_text(&t, &message, 60, total, why);
+        assert!(t.count(&cut) <= 60, "{cut}");
+        assert!(
+            cut.starts_with("the disk is on fire") && cut.contains("[foldgate: result"),
+            "{cut}"
+        );
+        let nothing = cut_text(&t, &message, 0, total, why);
+        assert_eq!(nothing, "\n[foldgate: result truncated at the branch's token budget]");
     }
 
     #[test]

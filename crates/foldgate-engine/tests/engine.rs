@@ -483,14 +483,40 @@ async fn metered_calls_are_charged_by_the_ledgers_rule(backend: Backend) {
         assert_eq!(trace.truncated, u64::from(outcome == CallOutcome::Truncated), "{case}");
     }
 
+    // Every outcome, cut short by a grant: a result is recorded cut, a call
+    // without one as it was.
+    let outcomes = [
+        (CallOutcome::ToolError, 50, 600, CallOutcome::Truncated),
+        (CallOutcome::Truncated, 50, 600, CallOutcome::Truncated),
+        (CallOutcome::Refused, 200, 0, CallOutcome::Refused),
+        (CallOutcome::UpstreamError, 200, 0, CallOutcome::UpstreamError),
+    ];
+    for (i, (outcome, tokens_in, tokens_out, recorded)) in outcomes.into_iter().enumerate() {
+        let b = create(s, &env.alice, &format!("outcome-{i}"), Some(1_000)).await;
+        s.consume(&env.alice, b.id, 850).await.unwrap();
+        let call = CallRecord { tokens_in, tokens_out, outcome, ..upstream_call(&env, 0) };
+        let granted = s.meter_call(&env.alice.tenant, b.id, &call).await.unwrap();
+        let granted = granted.consumption.unwrap().granted;
+        assert!(granted < call.tokens(), "{outcome:?}");
+        let trace = s.call_summary(&env.alice, b.id).await.unwrap();
+        let cut = recorded == CallOutcome::Truncated;
+        let want_out = if cut { granted - tokens_in } else { tokens_out };
+        assert!(!cut || want_out > 0, "a result cut short, not to nothing");
+        assert_eq!((trace.tokens_in, trace.tokens_out), (tokens_in, want_out), "{outcome:?}");
+        assert_eq!(trace.truncated, u64::from(cut), "{outcome:?}");
+        assert_eq!(trace.errors, u64::from(!cut), "{outcome:?}");
+    }
+
     // A call that finishes after its branch ended is recorded, charged
-    // nothing.
+    // nothing, and received as nothing.
     let b = create(s, &env.alice, "ended", Some(1_000)).await;
     let ended = s.return_branch(&env.alice, ret(b.id, "done")).await.unwrap().branch;
-    let metered = s.meter_call(&env.alice.tenant, b.id, &upstream_call(&env, 80)).await.unwrap();
+    let call = upstream_call(&env, 80);
+    let metered = s.meter_call(&env.alice.tenant, b.id, &call).await.unwrap();
     assert_eq!((metered.consumption, metered.forced_return), (None, false));
     let trace = s.call_summary(&env.alice, b.id).await.unwrap();
-    assert_eq!((trace.calls, trace.tokens_in + trace.tokens_out, trace.tokens_charged), (1, 80, 0));
+    assert_eq!((trace.calls, trace.tokens_in, trace.tokens_out), (1, call.tokens_in, 0));
+    assert_eq!((trace.tokens_charged, trace.truncated), (0, 1));
     assert_eq!(branch(&env, b.id).await.ledger, ended.ledger, "the ended branch is unchanged");
     env.db.cleanup().await;
 }

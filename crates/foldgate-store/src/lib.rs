@@ -228,10 +228,11 @@ impl CallRecord {
     }
 
     /// What the agent receives of the result when the branch grants
-    /// `granted` of [`CallRecord::tokens`]: a result that the grant does not
-    /// cover is cut at what it covers after the arguments (`Truncated`). A
-    /// call that produced no result (refused, or the upstream failed) is
-    /// left as it is. The trace records the call this way.
+    /// `granted` of [`CallRecord::tokens`] (nothing, if the branch is no
+    /// longer active): a result that the grant does not cover is cut at what
+    /// it covers after the arguments (`Truncated`). A call that produced no
+    /// result (refused, or the upstream failed) is left as it is. The trace
+    /// records the call this way.
     pub fn received(&self, granted: Tokens) -> (Tokens, CallOutcome) {
         match self.outcome {
             CallOutcome::Ok | CallOutcome::ToolError | CallOutcome::Truncated
@@ -400,6 +401,8 @@ pub trait Store: Send + Sync + Debug {
     /// Marks an open session ended, if none of its branches is active and,
     /// with `idle_since`, if it has had no activity since then (so that a
     /// session used again after the supervisor found it idle stays open).
+    /// Activity is recorded to [`ACTIVITY_RESOLUTION`]: `idle_since` must be
+    /// that much earlier than the idle time it stands for.
     /// Returns whether it did.
     async fn end_session(
         &self,

@@ -393,23 +393,24 @@ pub(crate) async fn consume<T: Tx>(
 
 /// Charges an upstream call to a branch and records it in the branch's
 /// trace as the agent receives it ([`CallRecord::received`]). A branch that
-/// is not active (anymore) is charged nothing, but the call is still
-/// recorded.
+/// is not active (anymore) is charged nothing, and its result is received
+/// as nothing, but the call is still recorded.
 pub(crate) async fn meter_call<T: Tx>(
     tx: &mut T,
     tenant: &TenantId,
     id: BranchId,
     call: &CallRecord,
 ) -> Result<Option<Consumption>, StoreError> {
-    let Some(row) = lock_active(tx, tenant, id).await? else {
-        tx.insert_call(tenant, id.as_uuid(), call, 0).await?;
-        return Ok(None);
+    let row = lock_active(tx, tenant, id).await?;
+    let charge = match &row {
+        Some(row) => Some(charge(tx, tenant, row, call.tokens(), call.at).await?),
+        None => None,
     };
-    let charge = charge(tx, tenant, &row, call.tokens(), call.at).await?;
-    let (tokens_out, outcome) = call.received(charge.granted);
+    let granted = charge.map_or(0, |c| c.granted);
+    let (tokens_out, outcome) = call.received(granted);
     let received = CallRecord { tokens_out, outcome, ..call.clone() };
-    tx.insert_call(tenant, row.id, &received, charge.granted).await?;
-    Ok(Some(charge))
+    tx.insert_call(tenant, id.as_uuid(), &received, granted).await?;
+    Ok(charge)
 }
 
 /// Charges a locked, active branch: its ledger, and its session's activity.

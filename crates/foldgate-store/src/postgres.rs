@@ -121,7 +121,7 @@ impl PgStore {
 ///   lookups whatever the planner estimates.
 /// - `cut` and `logged` write the trace line as the agent receives the
 ///   call ([`CallRecord::received`]: a result the grant does not cover is
-///   recorded cut), charged nothing if the branch was not active.
+///   recorded cut); a branch that was not active granted nothing.
 /// - `relaxed` lets the commit skip waiting for the disk unless metering is
 ///   configured synchronous: the setting lasts until the end of this
 ///   statement's transaction. It is one row either way, and `logged`
@@ -149,15 +149,18 @@ WITH prior AS (\
     WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $14\
 ), relaxed AS (\
     SELECT CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true) END\
+), granted AS (\
+    SELECT COALESCE((SELECT granted FROM plan), 0) AS granted\
 ), cut AS (\
-    SELECT granted, granted < $3 AND $12 IN ('ok', 'tool_error', 'truncated') AS cut FROM plan\
+    SELECT granted, granted < $3 AND $12 IN ('ok', 'tool_error', 'truncated') AS cut \
+    FROM granted\
 ), logged AS (\
     INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, tool, \
     tokens_in, tokens_out, duration_ms, outcome, called_at) \
-    SELECT $6, $1, $2, COALESCE(cut.granted, 0), $7, $8, $9, \
+    SELECT $6, $1, $2, cut.granted, $7, $8, $9, \
     CASE WHEN cut.cut THEN GREATEST(cut.granted - $9, 0) ELSE $10 END, $11, \
     CASE WHEN cut.cut THEN 'truncated' ELSE $12 END, $13 \
-    FROM relaxed LEFT JOIN cut ON true\
+    FROM relaxed, cut\
 ) \
 SELECT budget, used, reserved, warned FROM plan";
 

@@ -39,12 +39,38 @@ use rmcp::{
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// A `#[tokio::test]` on each backend (`sqlite::name`, `postgres::name`)
+/// for each `async fn name(backend: Backend)`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(foldgate_testkit::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(foldgate_testkit::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    ten_file_fold,
+    overrun,
+    concurrent_results_are_cut_at_the_budget_together,
+    a_result_is_withheld_when_its_branch_ended_during_the_call,
+);
+
 // ---------------------------------------------------------------------------
 // The upstream: a small "files" MCP server.
-
-/// Where the calls of `read_together` wait for each other.
-static TOGETHER: std::sync::LazyLock<tokio::sync::Barrier> =
-    std::sync::LazyLock::new(|| tokio::sync::Barrier::new(3));
 
 /// A secret the scrubber knows (a GitHub token's format).
 const LEAKED: &str = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
@@ -56,8 +82,37 @@ fn file_text(path: &str, lines: usize) -> String {
         .collect()
 }
 
-#[derive(Debug, Clone)]
-struct Files;
+#[derive(Debug, Clone, Default)]
+struct Files {
+    hold: Arc<Hold>,
+}
+
+/// Holds calls of `read_held` until the test lets them go.
+#[derive(Debug)]
+struct Hold {
+    /// A permit for each call that came in.
+    arrived: tokio::sync::Semaphore,
+    /// A permit for each call that may answer.
+    released: tokio::sync::Semaphore,
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Self { arrived: tokio::sync::Semaphore::new(0), released: tokio::sync::Semaphore::new(0) }
+    }
+}
+
+impl Hold {
+    /// Waits until `n` more calls have come in.
+    async fn arrivals(&self, n: u32) {
+        self.arrived.acquire_many(n).await.unwrap().forget();
+    }
+
+    /// Lets `n` held calls answer.
+    fn release(&self, n: usize) {
+        self.released.add_permits(n);
+    }
+}
 
 fn schema(value: Value) -> Arc<Map<String, Value>> {
     let Value::Object(map) = value else { panic!("schema must be an object") };
@@ -82,7 +137,7 @@ impl ServerHandler for Files {
         });
         Ok(ListToolsResult::with_all_items(vec![
             Tool::new("read_file", "Read a file", schema(path.clone())),
-            Tool::new("read_together", "Read a file, answering with two other calls", schema(path)),
+            Tool::new("read_held", "Read a file when the test says so", schema(path)),
             Tool::new(
                 "echo",
                 "Echo text",
@@ -104,11 +159,10 @@ impl ServerHandler for Files {
         let args = request.arguments.unwrap_or_default();
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let result = match request.name.as_ref() {
-            name @ ("read_file" | "read_together") => {
-                if name == "read_together" {
-                    // Held until two other calls of it are in: their
-                    // results reach the gateway together.
-                    TOGETHER.wait().await;
+            name @ ("read_file" | "read_held") => {
+                if name == "read_held" {
+                    self.hold.arrived.add_permits(1);
+                    self.hold.released.acquire().await.unwrap().forget();
                 }
                 let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
                 CallToolResult::success(vec![ContentBlock::text(file_text(
@@ -134,6 +188,8 @@ struct Upstream {
     auth: &'static str,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    /// Its calls of `read_held`.
+    hold: Arc<Hold>,
 }
 
 impl Upstream {
@@ -145,8 +201,10 @@ impl Upstream {
     fn serve(listener: tokio::net::TcpListener, auth: &'static str) -> Self {
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
+        let files = Files::default();
+        let hold = Arc::clone(&files.hold);
         let mcp = StreamableHttpService::new(
-            || Ok(Files),
+            move || Ok(files.clone()),
             Arc::new(NeverSessionManager::default()),
             StreamableHttpServerConfig::default()
                 .with_legacy_session_mode(false)
@@ -165,7 +223,7 @@ impl Upstream {
                 .await
                 .unwrap();
         });
-        Self { addr, auth, stop, task }
+        Self { addr, auth, stop, task, hold }
     }
 
     fn url(&self) -> String {
@@ -251,6 +309,14 @@ refresh_seconds = 1
 [upstreams.headers]
 Authorization = "Bearer files-secret"
 "#
+    ))
+}
+
+/// The files upstream with every tool (`read_held` included).
+fn all_files_config(url: &str) -> UpstreamConfig {
+    upstream_config(&format!(
+        "[[upstreams]]\nname = \"files\"\nurl = \"{url}\"\ntimeout_seconds = 10\n\
+         refresh_seconds = 1\n[upstreams.headers]\nAuthorization = \"Bearer files-secret\"\n"
     ))
 }
 
@@ -538,16 +604,6 @@ async fn ten_file_fold(backend: Backend) {
     files.down().await;
 }
 
-#[tokio::test]
-async fn ten_file_fold_sqlite() {
-    ten_file_fold(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn ten_file_fold_postgres() {
-    ten_file_fold(Backend::Postgres).await;
-}
-
 /// A result larger than what the branch has left is cut at the budget,
 /// marked, and the branch is force-returned; its parent gets back the rest.
 async fn overrun(backend: Backend) {
@@ -632,14 +688,9 @@ async fn overrun(backend: Backend) {
 /// the read before each call, decide what the agent receives.
 async fn concurrent_results_are_cut_at_the_budget_together(backend: Backend) {
     let files = Upstream::start("Bearer files-secret").await;
-    let config = upstream_config(&format!(
-        "[[upstreams]]\nname = \"files\"\nurl = \"{}\"\ntimeout_seconds = 10\n\
-         refresh_seconds = 1\n[upstreams.headers]\nAuthorization = \"Bearer files-secret\"\n",
-        files.url()
-    ));
-    let gw = gateway_with(backend, vec![config]).await;
+    let gw = gateway_with(backend, vec![all_files_config(&files.url())]).await;
     let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
-    tools_until(&agent, |n| n.contains(&"files__read_together".to_owned())).await;
+    tools_until(&agent, |n| n.contains(&"files__read_held".to_owned())).await;
     let tokens = counter();
     let each = tokens.count(&file_text("a.rs", 30));
     let created = ok(&call(
@@ -653,13 +704,18 @@ async fn concurrent_results_are_cut_at_the_budget_together(backend: Backend) {
     let budget = created["budget_allocated"].as_u64().unwrap();
 
     let read = |path: &'static str| {
-        call_in(&agent, &id, "files__read_together", json!({"path": path, "lines": 30}))
+        call_in(&agent, &id, "files__read_held", json!({"path": path, "lines": 30}))
     };
-    let (a, b, c) = tokio::join!(read("a.rs"), read("b.rs"), read("c.rs"));
+    // The upstream answers once all three calls are in: all three were let
+    // through by the read before the call, and are charged after it.
+    let (a, b, c, ()) = tokio::join!(read("a.rs"), read("b.rs"), read("c.rs"), async {
+        files.hold.arrivals(3).await;
+        files.hold.release(3);
+    });
     let mut shown = 0;
     let mut charged = 0;
     let mut cut = 0;
-    for result in [&a, &b, &c] {
+    for (result, path) in [(&a, "a.rs"), (&b, "b.rs"), (&c, "c.rs")] {
         let report = metering(result);
         charged += report["tokens_in"].as_u64().unwrap() + report["tokens_out"].as_u64().unwrap();
         // The upstream's text the agent received; the marker is the
@@ -673,7 +729,7 @@ async fn concurrent_results_are_cut_at_the_budget_together(backend: Backend) {
             cut += 1;
             assert!(marked, "a cut result says so: {result:?}");
         } else {
-            assert_eq!(report["tokens_out"].as_u64().unwrap(), each);
+            assert_eq!(report["tokens_out"].as_u64().unwrap(), tokens.count(&file_text(path, 30)));
         }
     }
     assert!(cut >= 1, "three results of {each} tokens do not fit {budget}");
@@ -699,24 +755,48 @@ async fn concurrent_results_are_cut_at_the_budget_together(backend: Backend) {
     files.down().await;
 }
 
-#[tokio::test]
-async fn concurrent_results_are_cut_at_the_budget_together_sqlite() {
-    concurrent_results_are_cut_at_the_budget_together(Backend::Sqlite).await;
-}
+/// A branch that ends while a call in it is running (returned here; a
+/// deadline or a parent's return alike) is charged nothing for it, and the
+/// agent receives nothing of the result.
+async fn a_result_is_withheld_when_its_branch_ended_during_the_call(backend: Backend) {
+    let files = Upstream::start("Bearer files-secret").await;
+    let gw = gateway_with(backend, vec![all_files_config(&files.url())]).await;
+    let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
+    tools_until(&agent, |n| n.contains(&"files__read_held".to_owned())).await;
+    let created = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "s1", "description": "slow read", "budget": 4000}),
+    )
+    .await);
+    let id = created["branch_id"].as_str().unwrap().to_owned();
+    let prompt = created["budget_used"].as_u64().unwrap();
 
-#[tokio::test]
-async fn concurrent_results_are_cut_at_the_budget_together_postgres() {
-    concurrent_results_are_cut_at_the_budget_together(Backend::Postgres).await;
-}
+    let args = json!({"path": "slow.rs", "lines": 30});
+    let (result, returned) = tokio::join!(call_in(&agent, &id, "files__read_held", args), async {
+        files.hold.arrivals(1).await;
+        let returned = call(&agent, "branch_return", json!({"branch_id": id, "message": "done"}));
+        let returned = ok(&returned.await);
+        files.hold.release(1);
+        returned
+    });
+    assert_eq!(returned["tokens_used"].as_u64().unwrap(), prompt + counter().count("done"));
+    let text = text_of(&result);
+    assert!(text.contains("[foldgate: result withheld"), "{text}");
+    assert!(!text.contains("slow.rs"), "nothing of the result: {text}");
+    let report = metering(&result);
+    assert_eq!(report["truncated"], true);
+    assert_eq!(report["tokens_out"], 0);
 
-#[tokio::test]
-async fn overrun_sqlite() {
-    overrun(Backend::Sqlite).await;
-}
+    let status = ok(&call(&agent, "branch_status", json!({"branch_id": id})).await);
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["budget_used"].as_u64().unwrap(), prompt + counter().count("done"));
+    assert_eq!(status["calls"]["count"], 1);
+    assert_eq!(status["calls"]["truncated"], 1);
+    assert_eq!(status["calls"]["tokens_out"], 0, "recorded as received");
 
-#[tokio::test]
-async fn overrun_postgres() {
-    overrun(Backend::Postgres).await;
+    gw.stop().await;
+    files.down().await;
 }
 
 #[tokio::test]
