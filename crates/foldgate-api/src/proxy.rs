@@ -213,6 +213,7 @@ async fn forward(
         "budget_used": metered.used,
         "budget_total": metered.budget,
         "branch_force_returned": metered.forced_return,
+        "branch_ended": metered.ended,
     });
     result.meta.get_or_insert_with(Default::default).0.insert(METERING_META_KEY.into(), report);
     Ok(result.into())
@@ -509,7 +510,8 @@ fn carries(item: &Value, structured: &Value) -> bool {
 /// Cuts a result of `total` tokens to at most `room`, marker included:
 /// content items are kept in order while they fit, the one that does not fit
 /// is cut (if it is text), the rest are dropped, and so is
-/// `structuredContent` (it cannot be cut without breaking its schema). The
+/// `structuredContent` (it cannot be cut without breaking its schema), and
+/// the upstream's `_meta` with it. The
 /// marker says why; a short one is used when the full one does not fit, and
 /// it is shown even when it alone is more than the room (a result cut to
 /// nothing must still say so). Returns the tokens shown.
@@ -549,6 +551,8 @@ fn truncate_result(
     if let Value::Object(obj) = result {
         obj.insert("content".into(), Value::Array(kept));
         obj.remove("structuredContent");
+        // Nor is the upstream's own `_meta` what the grant covered.
+        obj.remove("_meta");
     }
     shown
 }
@@ -569,6 +573,9 @@ fn marker_within(tokens: &TokenCounter, why: Cut, total: Tokens, room: Tokens) -
 fn cut_text(tokens: &TokenCounter, text: &str, room: Tokens, total: Tokens, why: Cut) -> String {
     let (marker, marker_tokens) = marker_within(tokens, why, total, room);
     let (mut cut, _) = tokens.truncate(text, room.saturating_sub(marker_tokens));
+    if cut.is_empty() {
+        return marker.trim_start().to_owned();
+    }
     cut.push_str(&marker);
     cut
 }
@@ -607,6 +614,7 @@ mod tests {
         let mut result = json!({
             "content": [{"type": "text", "text": "first"}, {"type": "text", "text": long}, {"type": "text", "text": "third"}],
             "structuredContent": {"big": true},
+            "_meta": {"upstream/extra": "x".repeat(2_000)},
         });
         let total = result_tokens(&t, &result);
         let id = BranchId::generate();
@@ -620,6 +628,7 @@ mod tests {
         let marker = content[2]["text"].as_str().unwrap();
         assert!(marker.contains("truncated") && marker.contains(&id.to_string()), "{marker}");
         assert!(result.get("structuredContent").is_none());
+        assert!(result.get("_meta").is_none(), "the upstream's _meta goes with the cut");
 
         // A branch whose remaining budget is lent to children is not
         // returned, and the marker does not say it is.
@@ -662,7 +671,7 @@ mod tests {
             "{cut}"
         );
         let nothing = cut_text(&t, &message, 0, total, why);
-        assert_eq!(nothing, "\n[foldgate: result truncated at the branch's token budget]");
+        assert_eq!(nothing, "[foldgate: result truncated at the branch's token budget]");
     }
 
     #[test]

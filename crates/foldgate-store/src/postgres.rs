@@ -121,7 +121,8 @@ impl PgStore {
 ///   lookups whatever the planner estimates.
 /// - `cut` and `logged` write the trace line as the agent receives the
 ///   call ([`CallRecord::received`]: a result the grant does not cover is
-///   recorded cut); a branch that was not active granted nothing.
+///   recorded cut); a branch that was not active granted nothing
+///   (`given`).
 /// - `relaxed` lets the commit skip waiting for the disk unless metering is
 ///   configured synchronous: the setting lasts until the end of this
 ///   statement's transaction. It is one row either way, and `logged`
@@ -149,11 +150,10 @@ WITH prior AS (\
     WHERE tenant_id = $1 AND session_id = (SELECT session_id FROM plan) AND last_activity_at < $14\
 ), relaxed AS (\
     SELECT CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true) END\
-), granted AS (\
+), given AS (\
     SELECT COALESCE((SELECT granted FROM plan), 0) AS granted\
 ), cut AS (\
-    SELECT granted, granted < $3 AND $12 IN ('ok', 'tool_error', 'truncated') AS cut \
-    FROM granted\
+    SELECT granted, granted < $3 AND $12 IN ('ok', 'tool_error', 'truncated') AS cut FROM given\
 ), logged AS (\
     INSERT INTO branch_calls (id, tenant_id, branch_id, tokens_charged, upstream, tool, \
     tokens_in, tokens_out, duration_ms, outcome, called_at) \
