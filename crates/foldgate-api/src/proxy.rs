@@ -213,7 +213,7 @@ async fn forward(
         "budget_used": metered.used,
         "budget_total": metered.budget,
         "branch_force_returned": metered.forced_return,
-        "branch_ended": metered.ended,
+        "branch_ended": metered.ended(),
     });
     result.meta.get_or_insert_with(Default::default).0.insert(METERING_META_KEY.into(), report);
     Ok(result.into())
@@ -225,21 +225,25 @@ struct Metered {
     used: Option<Tokens>,
     budget: Option<Tokens>,
     forced_return: bool,
-    /// The branch was no longer active when the call was charged.
-    ended: bool,
     /// What the agent receives of the result, when a branch was charged
     /// ([`CallRecord::received`]).
     received: Option<(Tokens, CallOutcome)>,
 }
 
 impl Metered {
+    /// The branch was no longer active when the call was charged: it was
+    /// charged, and nothing was used.
+    fn ended(&self) -> bool {
+        self.branch.is_some() && self.used.is_none()
+    }
+
     /// Why a result is cut, if it is.
     fn cut(&self) -> Option<(Tokens, Cut)> {
         let (Some((room, CallOutcome::Truncated)), Some(branch)) = (self.received, self.branch)
         else {
             return None;
         };
-        let why = if self.ended {
+        let why = if self.ended() {
             Cut::Ended(branch)
         } else {
             Cut::Budget { force_returned: self.forced_return.then_some(branch) }
@@ -330,7 +334,6 @@ impl Meter<'_> {
                     used: None,
                     budget: None,
                     forced_return: false,
-                    ended: false,
                     received: None,
                 })
             }
@@ -362,7 +365,6 @@ impl Meter<'_> {
                     used: metered.consumption.map(|c| c.ledger.used),
                     budget: Some(branch.ledger.budget),
                     forced_return: metered.forced_return,
-                    ended: metered.consumption.is_none(),
                     received: Some(received),
                 })
             }
@@ -511,10 +513,10 @@ fn carries(item: &Value, structured: &Value) -> bool {
 /// content items are kept in order while they fit, the one that does not fit
 /// is cut (if it is text), the rest are dropped, and so is
 /// `structuredContent` (it cannot be cut without breaking its schema), and
-/// the upstream's `_meta` with it. The
-/// marker says why; a short one is used when the full one does not fit, and
-/// it is shown even when it alone is more than the room (a result cut to
-/// nothing must still say so). Returns the tokens shown.
+/// the upstream's `_meta` with it. The marker says why; a short one is used
+/// when the full one does not fit, and it is shown even when it alone is
+/// more than the room (a result cut to nothing must still say so). Returns
+/// the tokens shown.
 fn truncate_result(
     tokens: &TokenCounter,
     result: &mut Value,

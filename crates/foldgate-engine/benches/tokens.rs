@@ -5,7 +5,7 @@
 // A benchmark whose setup is broken should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{fmt::Write as _, hint::black_box};
+use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use foldgate_engine::{Encoding, TokenCounter};
@@ -64,8 +64,7 @@ fn counting(c: &mut Criterion) {
         group.sample_size(20);
         for size in SIZES {
             let text = tool_output(size);
-            let mut label = String::new();
-            write!(label, "{} KiB", size / 1024).unwrap();
+            let label = format!("{} KiB", size / 1024);
             println!("{name}, {label}: {} tokens", counter.count(&text));
             group.throughput(Throughput::Bytes(text.len() as u64));
             group.bench_with_input(BenchmarkId::from_parameter(&label), &text, |b, text| {

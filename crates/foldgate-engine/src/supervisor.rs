@@ -154,12 +154,8 @@ impl IdleSessionReconciler {
     }
 
     async fn end_idle(&self, now: DateTime<Utc>, pass: &mut Pass) -> Result<(), FoldError> {
-        // Activity is recorded to the store's resolution: a session is idle
-        // once its record is that much older still, so never ended early.
-        let idle = to_delta(self.service.config().session_idle_timeout)
-            .checked_add(&to_delta(foldgate_store::ACTIVITY_RESOLUTION));
-        let idle_since =
-            idle.and_then(|idle| now.checked_sub_signed(idle)).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let idle = to_delta(self.service.config().session_idle_timeout);
+        let idle_since = now.checked_sub_signed(idle).unwrap_or(DateTime::<Utc>::MIN_UTC);
         loop {
             let sessions = self
                 .service

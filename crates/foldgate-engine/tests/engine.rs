@@ -967,7 +967,7 @@ async fn idle_sessions_are_ended(backend: Backend) {
 }
 
 /// Activity is written at most once per `ACTIVITY_RESOLUTION` (metered
-/// calls are frequent), and the supervisor allows for that, so that a
+/// calls are frequent), and the idle-session queries allow for that, so that a
 /// session is ended as idle at most that late and never early.
 async fn activity_is_recorded_to_the_second_and_no_session_is_ended_early(backend: Backend) {
     let config =

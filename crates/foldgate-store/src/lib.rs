@@ -401,9 +401,8 @@ pub trait Store: Send + Sync + Debug {
     /// Marks an open session ended, if none of its branches is active and,
     /// with `idle_since`, if it has had no activity since then (so that a
     /// session used again after the supervisor found it idle stays open).
-    /// Activity is recorded to [`ACTIVITY_RESOLUTION`]: `idle_since` must be
-    /// that much earlier than the idle time it stands for.
-    /// Returns whether it did.
+    /// Activity is recorded to [`ACTIVITY_RESOLUTION`], which this allows
+    /// for: a session is never taken for idle early. Returns whether it did.
     async fn end_session(
         &self,
         tenant: &TenantId,
@@ -442,7 +441,8 @@ pub trait Store: Send + Sync + Debug {
     ) -> Result<Vec<DueBranch>, StoreError>;
 
     /// Claims up to `limit` open sessions with no active branch and no
-    /// activity since `idle_since`, for `lease`.
+    /// activity since `idle_since` (allowing for [`ACTIVITY_RESOLUTION`], as
+    /// [`Store::end_session`] does), for `lease`.
     async fn claim_idle_sessions(
         &self,
         idle_since: DateTime<Utc>,
@@ -511,12 +511,13 @@ impl ConnectOptions {
 /// How fresh a session's recorded activity is kept. Activity is written only
 /// over a record at least this old, so that a busy session is written about
 /// once a second rather than on every metered call: each such write is a
-/// new row version with new index entries. The supervisor allows for it
-/// and never ends a session as idle early.
+/// new row version with new index entries. The queries for idle sessions
+/// allow for it, so that no session is taken for idle early.
 pub const ACTIVITY_RESOLUTION: Duration = Duration::from_secs(1);
 
-/// The recorded activity that activity at `at` replaces: what is older than
-/// [`ACTIVITY_RESOLUTION`] before it.
+/// The latest recorded activity that activity at `at` replaces (and so
+/// the latest record of a session idle since `at`): [`ACTIVITY_RESOLUTION`]
+/// before it.
 pub(crate) fn activity_stale_before(at: DateTime<Utc>) -> DateTime<Utc> {
     let resolution = chrono::TimeDelta::from_std(ACTIVITY_RESOLUTION).unwrap_or_default();
     at.checked_sub_signed(resolution).unwrap_or(at)

@@ -882,7 +882,7 @@ macro_rules! sql_backend {
                 .bind(tenant.as_str())
                 .bind(id.as_str())
                 .bind(Ts(at))
-                .bind(Ts::opt(idle_since))
+                .bind(Ts::opt(idle_since.map(crate::activity_stale_before)))
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
@@ -949,7 +949,7 @@ macro_rules! sql_backend {
                     $skip_locked,
                     ") RETURNING tenant_id, session_id"
                 ))
-                .bind(Ts(idle_since))
+                .bind(Ts(crate::activity_stale_before(idle_since)))
                 .bind(Ts(now))
                 .bind(Ts(lease_end(now, lease)))
                 .bind(i64::from(limit))
