@@ -10,6 +10,10 @@
 #      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback;
 #   4. federation: a FastMCP upstream (the Python SDK's MCPServer) declared in a config file is
 #      listed, called, metered and folded through foldgate by the Python SDK client.
+#   5. the history-folding helper (integrations/python/foldgate_fold.py): a scripted agent loop
+#      over the same gateway and upstream opens nested branches, calls the upstream inside them
+#      (metered to them) and folds them out of its own message history, including branches
+#      foldgate force-returned at their budget.
 # Installs what it needs (a virtualenv under target/interop/venv, `npm ci` in tests/interop).
 # Prints `N passed, N failed` last and exits non-zero on any failure.
 set -euo pipefail
@@ -263,6 +267,22 @@ if wait_for_line "$FED_DIR" "$FED_PID" '^foldgate is serving MCP at ' 60; then
   fi
 else
   fail "foldgate serve with an upstream did not start"
+fi
+
+# --- 5. the history-folding helper, over the federation gateway ----------------------------
+log "fold helper: a scripted agent loop folds its history through foldgate"
+if grep -qE '^foldgate is serving MCP at ' "$FED_DIR/stdout" 2>/dev/null && kill -0 "$FED_PID" 2>/dev/null; then
+  FOLD_TOKEN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$FED_SECRET" FOLDGATE_LISTEN="127.0.0.1:$FED_PORT" \
+    "$FOLDGATE" token --tenant federation --sub fold-helper --ttl 30m) || FOLD_TOKEN=""
+  if [ -n "$FOLD_TOKEN" ] && (cd "$INTEROP" && timeout 180 "$VENV/bin/python" fold_helper_client.py \
+    --url "http://127.0.0.1:$FED_PORT/mcp" --token "$FOLD_TOKEN"); then
+    pass "fold helper: nested branches metered and folded out of the history, forced ends folded"
+  else
+    fail "fold helper: scripted agent loop through foldgate"
+    tail -n 20 "$FED_DIR/upstream.log" || true
+  fi
+else
+  fail "fold helper: the federation gateway is not running"
 fi
 
 # --- summary --------------------------------------------------------------------------------

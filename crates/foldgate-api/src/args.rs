@@ -4,6 +4,7 @@
 
 use foldgate_domain::{BranchId, InvalidInput, Message, Outcome, SessionId};
 use foldgate_engine::{CreateBranch, FoldingConfig, ReturnBranch, StatusQuery};
+use foldgate_runner::RunBranch;
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
 
@@ -33,13 +34,19 @@ impl From<InvalidInput> for ArgError {
 pub enum FoldingTool {
     BranchCreate,
     BranchReturn,
+    BranchRun,
     BranchStatus,
     SessionEnd,
 }
 
 impl FoldingTool {
-    pub const ALL: [Self; 4] =
-        [Self::BranchCreate, Self::BranchReturn, Self::BranchStatus, Self::SessionEnd];
+    pub const ALL: [Self; 5] = [
+        Self::BranchCreate,
+        Self::BranchReturn,
+        Self::BranchRun,
+        Self::BranchStatus,
+        Self::SessionEnd,
+    ];
 
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.name() == name)
@@ -49,6 +56,7 @@ impl FoldingTool {
         match self {
             Self::BranchCreate => "branch_create",
             Self::BranchReturn => "branch_return",
+            Self::BranchRun => "branch_run",
             Self::BranchStatus => "branch_status",
             Self::SessionEnd => "session_end",
         }
@@ -89,6 +97,56 @@ pub struct BranchCreateArgs {
     /// Open the branch under this branch instead of the current one, to run siblings side by
     /// side (e.g. one branch per approach).
     parent_branch_id: Option<String>,
+    /// How long the finding should be: `micro` (at most 50 tokens), `phase` (300, the
+    /// default) or `macro` (800). Choose the smallest that serves.
+    return_tier: Option<TierArg>,
+}
+
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[expect(dead_code, reason = "the schema of `return_tier`")]
+enum TierArg {
+    Micro,
+    Phase,
+    Macro,
+}
+
+/// `branch_run` arguments.
+#[derive(Debug, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "read through the JSON object; the struct is the schema")]
+pub struct BranchRunArgs {
+    /// The folding session: any id you choose (1-128 characters of letters, digits, `.`, `_`,
+    /// `:`, `-`), the same for the whole conversation.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
+    session_id: String,
+    /// One sentence: the sub-task (at most 500 characters). With `prompt`, it is all the
+    /// gateway's model knows of your context: say everything it needs.
+    #[schemars(length(min = 1, max = 500))]
+    description: String,
+    /// Detailed instructions for the sub-task (at most 10,000 characters).
+    #[schemars(length(max = 10000))]
+    prompt: Option<String>,
+    /// Token budget for the sub-task's whole context (default 8192, at most 32768, at least
+    /// 256). The run stops at it.
+    #[schemars(range(min = 256))]
+    budget: Option<i64>,
+    /// Seconds before the run is stopped (default 300, at most 600).
+    #[schemars(range(min = 1))]
+    timeout_seconds: Option<i64>,
+    /// Open the branch under this branch instead of the current one.
+    parent_branch_id: Option<String>,
+    /// How long the finding should be: `micro` (at most 50 tokens), `phase` (300, the
+    /// default) or `macro` (800).
+    return_tier: Option<TierArg>,
+    /// The model to run on, by the name the operator gave it (default: the first configured
+    /// for your tenant).
+    #[schemars(length(min = 1, max = 64))]
+    model: Option<String>,
+    /// The upstream tools the model may call, as `<upstream>__<tool>` (default: every
+    /// upstream tool you may call).
+    #[schemars(length(max = 256))]
+    tools: Option<Vec<String>>,
 }
 
 /// `branch_return` arguments.
@@ -139,6 +197,7 @@ pub struct SessionEndArgs {
 #[derive(Debug, Clone)]
 pub enum Parsed {
     Create(CreateBranch),
+    Run(RunBranch),
     Return(ReturnBranch),
     Status(StatusQuery),
     End(SessionId),
@@ -153,20 +212,12 @@ pub fn parse(
     let empty = Map::new();
     let args = Args::new(args.unwrap_or(&empty), tool)?;
     Ok(match tool {
-        FoldingTool::BranchCreate => {
-            let session_id = args.required_str("session_id")?;
-            let description = args.required_str("description")?;
-            let create = CreateBranch::parse(
-                config,
-                session_id,
-                description,
-                args.optional_str("prompt")?,
-                args.optional_int("budget")?,
-                args.optional_int("timeout_seconds")?,
-                args.optional_str("parent_branch_id")?,
-            )?;
-            Parsed::Create(create)
-        }
+        FoldingTool::BranchCreate => Parsed::Create(args.create(config)?),
+        FoldingTool::BranchRun => Parsed::Run(RunBranch {
+            create: args.create(config)?,
+            model: args.optional_str("model")?.map(str::to_owned),
+            tools: args.optional_names("tools")?,
+        }),
         FoldingTool::BranchReturn => Parsed::Return(ReturnBranch {
             branch_id: BranchId::parse(args.required_str("branch_id")?)?,
             message: Message::parse(args.required_str("message")?)?,
@@ -190,6 +241,9 @@ pub fn parse(
     })
 }
 
+/// The most tool names `branch_run` takes.
+const MAX_TOOL_NAMES: usize = 256;
+
 /// A tool's argument object, checked against the tool's argument names.
 struct Args<'a> {
     map: &'a Map<String, Value>,
@@ -205,6 +259,18 @@ impl<'a> Args<'a> {
                 "budget",
                 "timeout_seconds",
                 "parent_branch_id",
+                "return_tier",
+            ],
+            FoldingTool::BranchRun => &[
+                "session_id",
+                "description",
+                "prompt",
+                "budget",
+                "timeout_seconds",
+                "parent_branch_id",
+                "return_tier",
+                "model",
+                "tools",
             ],
             FoldingTool::BranchReturn => &["branch_id", "message", "outcome"],
             FoldingTool::BranchStatus => &["branch_id", "session_id"],
@@ -214,6 +280,43 @@ impl<'a> Args<'a> {
             return Err(ArgError::new(unknown.as_str(), "unknown argument"));
         }
         Ok(Self { map })
+    }
+
+    /// The arguments `branch_create` and `branch_run` share.
+    fn create(&self, config: &FoldingConfig) -> Result<CreateBranch, ArgError> {
+        let session_id = self.required_str("session_id")?;
+        let description = self.required_str("description")?;
+        Ok(CreateBranch::parse(
+            config,
+            session_id,
+            description,
+            self.optional_str("prompt")?,
+            self.optional_int("budget")?,
+            self.optional_int("timeout_seconds")?,
+            self.optional_str("parent_branch_id")?,
+            self.optional_str("return_tier")?,
+        )?)
+    }
+
+    /// A list of tool names: at most [`MAX_TOOL_NAMES`], each 1-128
+    /// characters.
+    fn optional_names(&self, field: &'static str) -> Result<Option<Vec<String>>, ArgError> {
+        let items = match self.map.get(field) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(ArgError::new(field, "must be an array of tool names")),
+        };
+        if items.len() > MAX_TOOL_NAMES {
+            return Err(ArgError::new(field, format!("at most {MAX_TOOL_NAMES} names")));
+        }
+        items
+            .iter()
+            .map(|item| match item.as_str() {
+                Some(name) if (1..=128).contains(&name.len()) => Ok(name.to_owned()),
+                _ => Err(ArgError::new(field, "each name must be a string of 1-128 characters")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     fn optional_str(&self, field: &'static str) -> Result<Option<&'a str>, ArgError> {
@@ -254,6 +357,7 @@ pub fn input_schema(tool: FoldingTool) -> Map<String, Value> {
     let schema = match tool {
         FoldingTool::BranchCreate => schemars::schema_for!(BranchCreateArgs),
         FoldingTool::BranchReturn => schemars::schema_for!(BranchReturnArgs),
+        FoldingTool::BranchRun => schemars::schema_for!(BranchRunArgs),
         FoldingTool::BranchStatus => schemars::schema_for!(BranchStatusArgs),
         FoldingTool::SessionEnd => schemars::schema_for!(SessionEndArgs),
     };
@@ -339,6 +443,43 @@ mod tests {
                 "tenant",
                 "unknown",
             ),
+            (
+                BranchCreate,
+                json!({"session_id": "s", "description": "d", "return_tier": "huge"}),
+                "return_tier",
+                "enum",
+            ),
+            (BranchRun, json!({"session_id": "s"}), "description", "missing"),
+            (
+                BranchRun,
+                json!({"session_id": "s", "description": "d", "tools": "files__read"}),
+                "tools",
+                "type",
+            ),
+            (
+                BranchRun,
+                json!({"session_id": "s", "description": "d", "tools": [""]}),
+                "tools",
+                "empty name",
+            ),
+            (
+                BranchRun,
+                json!({"session_id": "s", "description": "d", "tools": vec!["t"; 257]}),
+                "tools",
+                "too many",
+            ),
+            (
+                BranchRun,
+                json!({"session_id": "s", "description": "d", "model": 3}),
+                "model",
+                "type",
+            ),
+            (
+                BranchRun,
+                json!({"session_id": "s", "description": "d", "budget": 5}),
+                "budget",
+                "range",
+            ),
             (BranchReturn, json!({"message": "m"}), "branch_id", "missing"),
             (BranchReturn, json!({"branch_id": "nope", "message": "m"}), "branch_id", "format"),
             (BranchReturn, json!({"branch_id": id}), "message", "missing"),
@@ -374,6 +515,16 @@ mod tests {
         let Parsed::Create(c) = created else { panic!("a create") };
         assert_eq!(c.description.as_str(), "d", "control characters stripped");
         assert_eq!(c.budget.tokens(), 8192);
+        let run = parse_json(
+            FoldingTool::BranchRun,
+            json!({"session_id": "s", "description": "d", "return_tier": "micro",
+                   "model": "m", "tools": ["files__read"]}),
+        )
+        .unwrap();
+        let Parsed::Run(r) = run else { panic!("a run") };
+        assert_eq!(r.create.return_tier, foldgate_domain::ReturnTier::Micro);
+        assert_eq!(r.model.as_deref(), Some("m"));
+        assert_eq!(r.tools, Some(vec!["files__read".to_owned()]));
         assert!(matches!(
             parse_json(FoldingTool::BranchStatus, json!({"session_id": "s"})).unwrap(),
             Parsed::Status(StatusQuery::Session(_))

@@ -138,3 +138,13 @@ impl Authenticator {
         self.inner.rules.check(payload, self.inner.clock.now())
     }
 }
+
+impl foldgate_upstream::Caller for Authenticated {
+    fn tenant(&self) -> &TenantId {
+        &self.principal.tenant
+    }
+
+    fn has_scope(&self, scope: &str) -> bool {
+        Authenticated::has_scope(self, scope)
+    }
+}

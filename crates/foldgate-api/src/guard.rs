@@ -18,8 +18,8 @@ use crate::{
     args::{self, FoldingTool},
     auth::Authenticated,
     proxy,
-    upstream::{Lookup, Upstreams},
 };
+use foldgate_upstream::{Lookup, Upstreams};
 
 /// A JSON-RPC error response with an HTTP status.
 pub(crate) fn jsonrpc_error(

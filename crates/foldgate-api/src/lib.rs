@@ -21,7 +21,9 @@ mod observe;
 pub mod proxy;
 mod router;
 pub mod tools;
-pub mod upstream;
+
+/// Federation, re-exported for the binary and the tests.
+pub use foldgate_upstream as upstream;
 
 pub use config::ApiConfig;
 pub use guard::HostOriginPolicy;

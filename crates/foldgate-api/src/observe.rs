@@ -34,8 +34,8 @@ use crate::{
     auth::Authenticated,
     metrics::{McpMetrics, McpOperation, known_mcp_method, known_protocol_version, rpc_error_type},
     proxy,
-    upstream::{Lookup, Upstreams},
 };
+use foldgate_upstream::{Lookup, Upstreams};
 
 /// Where a 2026-07-28 client states its protocol version in each request.
 const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";

@@ -35,8 +35,8 @@ use crate::{
     metrics::{self, ApiMetrics},
     observe::ObserveState,
     tools::FoldingTools,
-    upstream::Upstreams,
 };
+use foldgate_upstream::Upstreams;
 
 /// Everything the HTTP application needs.
 #[derive(Clone)]
@@ -44,6 +44,8 @@ pub struct Gateway {
     pub service: Arc<FoldingService>,
     /// The upstream MCP servers fronted (none by default).
     pub upstreams: Arc<Upstreams>,
+    /// Works inside gateway-run branches.
+    pub runner: Arc<foldgate_runner::Runner>,
     pub auth: AuthState,
     pub config: ApiConfig,
     /// The canonical MCP URL (`public_url`, or derived from the listener).
@@ -69,7 +71,12 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
     let config = &gateway.config;
     let metadata_url: Arc<str> = gateway.auth.resource_metadata_url().into();
 
-    let tools = FoldingTools::new(Arc::clone(&gateway.service), Arc::clone(&gateway.upstreams));
+    let tools = FoldingTools::new(
+        Arc::clone(&gateway.service),
+        Arc::clone(&gateway.upstreams),
+        Arc::clone(&gateway.runner),
+        config.request_timeout,
+    );
     let mcp = StreamableHttpService::new(
         move || Ok(tools.clone()),
         Arc::new(NeverSessionManager::default()),

@@ -14,7 +14,7 @@ use std::{fmt, str::FromStr};
 
 use chrono::{DateTime, Utc};
 
-use crate::{BranchId, Ledger, SessionId, Subject, TenantId};
+use crate::{BranchId, BranchKind, Ledger, ReturnTier, SessionId, Subject, TenantId, Tokens};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BranchStatus {
@@ -187,6 +187,12 @@ pub struct Branch {
     pub warned_at: Option<DateTime<Utc>>,
     /// The scrubbed return message, once the branch was returned.
     pub result: Option<String>,
+    /// Who works inside the branch: the agent, or the gateway's runner.
+    pub kind: BranchKind,
+    /// How long its finding should be.
+    pub return_tier: ReturnTier,
+    /// Tokens of the return message handed to the parent, once returned.
+    pub returned_tokens: Option<Tokens>,
 }
 
 #[cfg(test)]

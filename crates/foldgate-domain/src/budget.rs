@@ -165,6 +165,21 @@ impl Ledger {
         Consumption { granted, ledger, warning, exhausted }
     }
 
+    /// Sets what a gateway-run branch has spent to the size of its context
+    /// as its model provider counted it (`context`: the last call's input
+    /// plus its output), capped at what the pool may hold. The provider's
+    /// count replaces the gateway's estimates of the tool results since the
+    /// previous call, up or down. `granted` is the change, when it is an
+    /// increase.
+    pub fn measure(&self, context: Tokens, already_warned: bool) -> Consumption {
+        let ceiling = self.budget.saturating_sub(self.reserved);
+        let used = context.min(ceiling);
+        let ledger = Self { used, ..*self };
+        let warning = !already_warned && ledger.past_warning_threshold();
+        let exhausted = context >= self.budget;
+        Consumption { granted: used.saturating_sub(self.used), ledger, warning, exhausted }
+    }
+
     /// 80% of the budget has been spent.
     pub fn past_warning_threshold(&self) -> bool {
         // used / budget >= 0.8, in integers.
@@ -178,6 +193,25 @@ mod tests {
 
     fn req(n: i64) -> BudgetRequest {
         BudgetRequest::parse(Some(n), &BudgetPolicy::default()).unwrap()
+    }
+
+    #[test]
+    fn a_measured_context_replaces_the_estimate_within_the_budget() {
+        let pool = Ledger { budget: 1_000, used: 600, reserved: 0 };
+        let up = pool.measure(700, false);
+        assert_eq!(
+            (up.ledger.used, up.granted, up.warning, up.exhausted),
+            (700, 100, false, false)
+        );
+        let down = pool.measure(550, false);
+        assert_eq!((down.ledger.used, down.granted), (550, 0), "the provider counted less");
+        let warned = pool.measure(800, false);
+        assert!(warned.warning && !warned.exhausted);
+        assert!(!pool.measure(800, true).warning, "warned once");
+        let over = pool.measure(1_300, true);
+        assert_eq!((over.ledger.used, over.exhausted), (1_000, true), "never past the budget");
+        let lent = Ledger { budget: 1_000, used: 100, reserved: 300 };
+        assert_eq!(lent.measure(900, false).ledger.used, 700, "what is lent stays lent");
     }
 
     #[test]

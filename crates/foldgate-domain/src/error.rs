@@ -38,6 +38,13 @@ pub enum ErrorCode {
     Busy,
     /// An upstream MCP server could not be reached or did not answer.
     UpstreamUnavailable,
+    /// The `model` named is not configured for the caller's tenant.
+    ModelNotFound,
+    /// The branch is run by the gateway: only the gateway returns it or
+    /// charges calls to it, and nothing nests under it.
+    GatewayRunBranch,
+    /// The model provider failed (after retries) or answered garbage.
+    ModelFailed,
     Internal,
 }
 
@@ -54,6 +61,9 @@ impl ErrorCode {
             Self::ScrubbingFailed => "scrubbing_failed",
             Self::Busy => "busy",
             Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::ModelNotFound => "model_not_found",
+            Self::GatewayRunBranch => "gateway_run_branch",
+            Self::ModelFailed => "model_failed",
             Self::Internal => "internal",
         }
     }

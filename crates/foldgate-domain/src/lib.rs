@@ -13,6 +13,7 @@ mod budget;
 mod error;
 mod ids;
 mod limits;
+mod run;
 mod session;
 mod text;
 mod timeout;
@@ -22,6 +23,7 @@ pub use budget::{Allocation, BudgetPolicy, BudgetRequest, Consumption, Ledger, T
 pub use error::{ErrorCode, InvalidInput};
 pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
 pub use limits::{LimitKind, Limits};
+pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
 pub use text::{Description, Message, Prompt, strip_control};
 pub use timeout::{TimeoutPolicy, TimeoutRequest};

@@ -32,6 +32,13 @@ pub enum FoldError {
     /// shortly succeeds.
     #[error("the session is changing concurrently; retry")]
     Busy,
+    /// The branch is run by the gateway (`branch_run`): only the gateway
+    /// returns it or charges calls to it, and nothing nests under it.
+    #[error("the branch is run by the gateway; its result comes from branch_run")]
+    GatewayRunBranch,
+    /// No `[[models]]` entry of that name serves the caller's tenant.
+    #[error("no model {name:?} is configured for this tenant")]
+    ModelNotFound { name: String },
     #[error("storage failure")]
     Store(StoreError),
 }
@@ -60,6 +67,8 @@ impl FoldError {
             Self::RateLimited { .. } => ErrorCode::RateLimited,
             Self::ScrubbingFailed => ErrorCode::ScrubbingFailed,
             Self::Busy => ErrorCode::Busy,
+            Self::GatewayRunBranch => ErrorCode::GatewayRunBranch,
+            Self::ModelNotFound { .. } => ErrorCode::ModelNotFound,
             Self::Store(_) => ErrorCode::Internal,
         }
     }

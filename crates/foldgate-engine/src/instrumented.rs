@@ -22,7 +22,8 @@ use foldgate_domain::{
 };
 use foldgate_store::{
     Backend, BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished,
-    IdleSession, NewBranch, OutsideUsage, PoolUsage, Store, StoreError,
+    IdleSession, ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunStep,
+    StepWritten, Store, StoreError,
 };
 use opentelemetry::{
     KeyValue,
@@ -278,6 +279,72 @@ impl Store for InstrumentedStore {
 
     async fn next_deadline(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.timed("next_deadline", self.inner.next_deadline(now)).await
+    }
+
+    async fn run(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Run>, StoreError> {
+        self.timed("run", self.inner.run(tenant, id)).await
+    }
+
+    async fn run_steps(&self, tenant: &TenantId, id: BranchId) -> Result<Vec<RunStep>, StoreError> {
+        self.timed("run_steps", self.inner.run_steps(tenant, id)).await
+    }
+
+    async fn record_step(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        step: &NewStep,
+    ) -> Result<StepWritten, StoreError> {
+        self.timed("record_step", self.inner.record_step(tenant, id, owner, step)).await
+    }
+
+    async fn renew_run_lease(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.timed("renew_run_lease", self.inner.renew_run_lease(tenant, id, owner, until)).await
+    }
+
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        outcome: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.timed("finish_run", self.inner.finish_run(tenant, id, owner, outcome, at)).await
+    }
+
+    async fn claim_lapsed_runs(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(TenantId, BranchId)>, StoreError> {
+        self.timed("claim_lapsed_runs", self.inner.claim_lapsed_runs(owner, now, until, limit))
+            .await
+    }
+
+    async fn model_usage(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Vec<(String, ModelUsage)>, StoreError> {
+        self.timed("model_usage", self.inner.model_usage(tenant)).await
+    }
+
+    async fn session_returned_tokens(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Tokens, StoreError> {
+        self.timed("session_returned_tokens", self.inner.session_returned_tokens(tenant, session))
+            .await
     }
 
     async fn active_branches(&self) -> Result<Vec<(TenantId, u64)>, StoreError> {

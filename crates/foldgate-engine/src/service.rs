@@ -10,12 +10,12 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, BudgetRequest, Consumption, Description, EndReason, Message,
-    Outcome, Principal, Prompt, SessionId, TenantId, TimeoutRequest, Tokens,
+    Branch, BranchId, BranchKind, BranchStatus, BudgetRequest, Consumption, Description, EndReason,
+    Message, Outcome, Principal, Prompt, ReturnTier, SessionId, TenantId, TimeoutRequest, Tokens,
 };
 use foldgate_store::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, CreateRules, DueBranch, Finish, Finished,
-    NewBranch, OutsideUsage, ParentChoice, Store,
+    NewBranch, NewRun, OutsideUsage, ParentChoice, Store,
 };
 use tokio::sync::Notify;
 
@@ -30,10 +30,12 @@ pub struct CreateBranch {
     pub budget: BudgetRequest,
     pub timeout: TimeoutRequest,
     pub parent: Option<BranchId>,
+    pub return_tier: ReturnTier,
 }
 
 impl CreateBranch {
     /// Parses raw tool arguments; the error names the offending field.
+    #[expect(clippy::too_many_arguments, reason = "one per tool argument, each named")]
     pub fn parse(
         config: &FoldingConfig,
         session_id: &str,
@@ -42,8 +44,10 @@ impl CreateBranch {
         budget: Option<i64>,
         timeout_seconds: Option<i64>,
         parent_branch_id: Option<&str>,
+        return_tier: Option<&str>,
     ) -> Result<Self, foldgate_domain::InvalidInput> {
         Ok(Self {
+            return_tier: ReturnTier::parse(return_tier)?,
             session_id: SessionId::parse(session_id)?,
             description: Description::parse(description)?,
             prompt: Prompt::parse(prompt.unwrap_or_default())?,
@@ -229,6 +233,29 @@ impl FoldingService {
     #[tracing::instrument(name = "branch.create", skip_all,
         fields(tenant = %who.tenant, session.id = %req.session_id, branch.id))]
     pub async fn create(&self, who: &Principal, req: CreateBranch) -> Result<Created, FoldError> {
+        self.open(who, req, None).await
+    }
+
+    /// Opens a gateway-run branch exactly as [`FoldingService::create`]
+    /// opens any branch (limits, depth, budget lending, deadline), with its
+    /// run, in one transaction.
+    #[tracing::instrument(name = "branch.create_run", skip_all,
+        fields(tenant = %who.tenant, session.id = %req.session_id, branch.id))]
+    pub async fn create_run(
+        &self,
+        who: &Principal,
+        req: CreateBranch,
+        run: NewRun,
+    ) -> Result<Created, FoldError> {
+        self.open(who, req, Some(run)).await
+    }
+
+    async fn open(
+        &self,
+        who: &Principal,
+        req: CreateBranch,
+        run: Option<NewRun>,
+    ) -> Result<Created, FoldError> {
         let now = self.clock.now();
         let deadline_at =
             now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
@@ -251,6 +278,9 @@ impl FoldingService {
                 max_depth: self.config.max_depth,
                 limits: self.config.limits,
             },
+            kind: if run.is_some() { BranchKind::Gateway } else { BranchKind::Agent },
+            return_tier: req.return_tier,
+            run,
         };
         tracing::Span::current().record("branch.id", tracing::field::display(new.id));
         let branch = match self.store.create_branch(&who.tenant, new).await? {
@@ -281,6 +311,9 @@ impl FoldingService {
     ) -> Result<Returned, FoldError> {
         let branch = self.owned_branch(who, req.branch_id).await?;
         tracing::Span::current().record("session.id", tracing::field::display(&branch.session_id));
+        if branch.kind == BranchKind::Gateway {
+            return Err(FoldError::GatewayRunBranch);
+        }
         if branch.status != BranchStatus::Active {
             return Err(FoldError::BranchNotActive { status: branch.status });
         }
@@ -307,6 +340,7 @@ impl FoldingService {
             status,
             reason,
             result_tokens,
+            returned_tokens: Some(result_tokens),
             result: Some(scrubbed.text.clone()),
             at: self.clock.now(),
         };
@@ -392,6 +426,9 @@ impl FoldingService {
     ) -> Result<CallTarget, FoldError> {
         if let Some(id) = named {
             let branch = self.owned_branch(who, id).await?;
+            if branch.kind == BranchKind::Gateway {
+                return Err(FoldError::GatewayRunBranch);
+            }
             if branch.status != BranchStatus::Active {
                 return Err(FoldError::BranchNotActive { status: branch.status });
             }
@@ -582,6 +619,35 @@ impl FoldingService {
         }
     }
 
+    /// Ends a gateway-run branch as its run ended: with its finding (already
+    /// scrubbed; charged, up to what remains, as any return message is),
+    /// after its active descendants. `None` if it had already ended.
+    pub async fn end_run(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: Finish,
+    ) -> Result<Option<Branch>, FoldError> {
+        match self.end_tree(tenant, id, finish, EndReason::ParentReturning).await {
+            Ok((branch, _)) => {
+                self.metrics.returned(&branch, branch.returned_tokens.unwrap_or(0));
+                Ok(Some(branch))
+            }
+            Err(FoldError::BranchNotActive { .. } | FoldError::BranchNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Tokens the session's depth-1 branches handed back to the caller's own
+    /// context: what folding added to it.
+    pub async fn session_returned_tokens(
+        &self,
+        who: &Principal,
+        session: &SessionId,
+    ) -> Result<Tokens, FoldError> {
+        Ok(self.store.session_returned_tokens(&who.tenant, session).await?)
+    }
+
     /// Force-returns branches that fell due, listed deepest first: those
     /// with no active child all in one transaction, then each of the others
     /// after its descendants, as [`FoldingService::force_return`] does.
@@ -691,6 +757,7 @@ fn refusal_error(refusal: CreateRefusal) -> FoldError {
     match refusal {
         CreateRefusal::SessionNotFound => FoldError::SessionNotFound,
         CreateRefusal::ParentNotFound => FoldError::BranchNotFound,
+        CreateRefusal::ParentIsGatewayRun => FoldError::GatewayRunBranch,
         CreateRefusal::ParentNotActive { status } => FoldError::BranchNotActive { status },
         CreateRefusal::MaxDepthExceeded { max_depth } => FoldError::MaxDepthExceeded { max_depth },
         CreateRefusal::BudgetExhausted { available } => FoldError::BudgetExhausted { available },

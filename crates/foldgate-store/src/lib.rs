@@ -15,6 +15,7 @@
 mod ops;
 mod postgres;
 mod record;
+mod runs;
 mod sql;
 mod sqlite;
 mod ts;
@@ -24,11 +25,12 @@ use std::{fmt::Debug, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, BudgetPolicy, BudgetRequest, Consumption, EndReason, LimitKind,
-    Limits, Session, SessionId, Subject, TenantId, Tokens,
+    Branch, BranchId, BranchKind, BranchStatus, BudgetPolicy, BudgetRequest, Consumption,
+    EndReason, LimitKind, Limits, ReturnTier, Session, SessionId, Subject, TenantId, Tokens,
 };
 
 pub use postgres::PgStore;
+pub use runs::{ModelUsage, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
 pub use sqlite::SqliteStore;
 
 /// What went wrong talking to the database. Refusals that belong to the
@@ -88,6 +90,10 @@ pub struct NewBranch {
     pub created_at: DateTime<Utc>,
     pub deadline_at: DateTime<Utc>,
     pub rules: CreateRules,
+    pub kind: BranchKind,
+    pub return_tier: ReturnTier,
+    /// For a gateway-run branch: the run, inserted with the branch.
+    pub run: Option<NewRun>,
 }
 
 /// Why a create was refused. Nothing was written.
@@ -97,6 +103,8 @@ pub enum CreateRefusal {
     SessionNotFound,
     /// The named parent does not exist for this principal and session.
     ParentNotFound,
+    /// The named parent is run by the gateway: nothing nests under it.
+    ParentIsGatewayRun,
     /// The named parent has already ended.
     ParentNotActive {
         status: BranchStatus,
@@ -129,6 +137,10 @@ pub struct Finish {
     /// Tokens of the return message, charged (up to what remains) with the
     /// transition.
     pub result_tokens: Tokens,
+    /// Tokens of the return message handed to the parent, recorded with
+    /// the branch. A gateway-run branch's finding is already in its context
+    /// as its model counted it, so it is recorded here and not charged.
+    pub returned_tokens: Option<Tokens>,
     pub at: DateTime<Utc>,
 }
 
@@ -136,7 +148,14 @@ impl Finish {
     /// A forced end (deadline, budget, parent returning, session ended):
     /// no message.
     pub fn forced(reason: EndReason, at: DateTime<Utc>) -> Self {
-        Self { status: reason.status(), reason: Some(reason), result: None, result_tokens: 0, at }
+        Self {
+            status: reason.status(),
+            reason: Some(reason),
+            result: None,
+            result_tokens: 0,
+            returned_tokens: None,
+            at,
+        }
     }
 }
 
@@ -454,6 +473,74 @@ pub trait Store: Send + Sync + Debug {
     /// The earliest deadline of any active branch not claimed by a replica,
     /// to know when to wake up.
     async fn next_deadline(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// A gateway-run branch's run, without its steps.
+    async fn run(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Run>, StoreError>;
+
+    /// A run's steps, in order.
+    async fn run_steps(&self, tenant: &TenantId, id: BranchId) -> Result<Vec<RunStep>, StoreError>;
+
+    /// Writes a run's next step, in one transaction, if `owner` still holds
+    /// the run's lease and the step's number is the next one: a model step
+    /// adds its usage to the run's and the tenant's model usage and sets the
+    /// branch's spending to its context size ([`Ledger::measure`]), while
+    /// the branch is active. Writes nothing and says so when the lease was
+    /// lost or the step was already written.
+    ///
+    /// [`Ledger::measure`]: foldgate_domain::Ledger::measure
+    async fn record_step(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        step: &NewStep,
+    ) -> Result<StepWritten, StoreError>;
+
+    /// Extends the lease `owner` holds on a running run until `until`.
+    /// `false` if it no longer holds it (another replica took the run over,
+    /// or the run is done).
+    async fn renew_run_lease(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks a run done with the result its caller gets (JSON), if `owner`
+    /// holds its lease. `false` otherwise.
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        owner: &str,
+        outcome: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes over up to `limit` running runs whose lease lapsed before
+    /// `now`: `owner` holds them until `until`, and each counts a resume.
+    /// On Postgres with `FOR UPDATE SKIP LOCKED`, so two replicas never take
+    /// the same run.
+    async fn claim_lapsed_runs(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(TenantId, BranchId)>, StoreError>;
+
+    /// What a tenant was billed per model over every run, by model name.
+    async fn model_usage(&self, tenant: &TenantId)
+    -> Result<Vec<(String, ModelUsage)>, StoreError>;
+
+    /// Tokens the depth-1 branches of a session handed back to the caller's
+    /// own context when they returned.
+    async fn session_returned_tokens(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Tokens, StoreError>;
 
     /// Active branches per tenant, from the counters the limits keep (one
     /// row read per tenant that ever had a branch), for gauges.

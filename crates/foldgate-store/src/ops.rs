@@ -12,13 +12,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, Consumption, EndReason, Ledger, LimitKind, Limits, SessionId,
-    SessionStatus, Subject, TenantId, Tokens,
+    Branch, BranchId, BranchKind, BranchStatus, Consumption, EndReason, Ledger, LimitKind, Limits,
+    SessionId, SessionStatus, Subject, TenantId, Tokens,
 };
 use uuid::Uuid;
 
 use crate::{
-    BatchFinish, CallRecord, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
+    BatchFinish, CallRecord, CreateRefusal, Finish, Finished, NewBranch, NewRun, ParentChoice,
+    StoreError,
     record::{BranchRow, SessionRow, db_tokens, ledger},
     retry_after,
 };
@@ -116,6 +117,15 @@ pub(crate) trait Tx: Send {
 
     async fn insert_branch(&mut self, row: &BranchRow) -> Result<(), StoreError>;
 
+    /// Inserts a gateway-run branch's run, its lease held by the creator.
+    async fn insert_run(
+        &mut self,
+        tenant: &TenantId,
+        branch: Uuid,
+        run: &NewRun,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
     /// The conditional transition: only an `active` branch with no active
     /// child changes. Returns the branch as it now is.
     async fn end_branch(
@@ -194,6 +204,9 @@ pub(crate) async fn create<T: Tx>(
             };
             if row.session_id != new.session_id.as_str() || row.owner_sub != new.owner.as_str() {
                 return Ok(Err(CreateRefusal::ParentNotFound));
+            }
+            if row.kind != BranchKind::Agent.as_str() {
+                return Ok(Err(CreateRefusal::ParentIsGatewayRun));
             }
             Some(row)
         }
@@ -288,8 +301,14 @@ pub(crate) async fn create<T: Tx>(
         warned_at: charge.warning.then_some(at),
         exhausted_at: None,
         result: None,
+        kind: new.kind.as_str().to_owned(),
+        return_tier: new.return_tier.as_str().to_owned(),
+        returned_tokens: None,
     };
     tx.insert_branch(&row).await?;
+    if let Some(run) = &new.run {
+        tx.insert_run(tenant, row.id, run, at).await?;
+    }
 
     // The counters are hot rows shared by a tenant and by the whole
     // deployment: they are locked last, for the shortest time.

@@ -8,18 +8,20 @@ use std::{future::Future, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, Consumption, EndReason, LimitKind, Limits, Session, SessionId, Subject,
-    TenantId, Tokens,
+    Branch, BranchId, BranchStatus, Consumption, EndReason, LimitKind, Limits, Session, SessionId,
+    Subject, TenantId, Tokens,
 };
 use sqlx::{PgPool, Postgres, Row, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, NewBranch, OutsideUsage, Store, StoreError, ToolCalls, check_migrated,
-    due_branch, idle_session,
+    Finished, IdleSession, ModelUsage, NewBranch, NewRun, NewStep, OutsideUsage, Run, RunState,
+    RunStep, StepKind, StepWritten, Store, StoreError, ToolCalls, check_migrated, due_branch,
+    idle_session,
     ops::{self, SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, ledger, session_columns},
+    runs::{RunRow, StepRow, run_columns},
     ts::Ts,
 };
 

@@ -34,6 +34,9 @@ pub(crate) struct BranchRow {
     /// return.
     pub exhausted_at: Option<DateTime<Utc>>,
     pub result: Option<String>,
+    pub kind: String,
+    pub return_tier: String,
+    pub returned_tokens: Option<i64>,
 }
 
 /// The columns of [`BranchRow`], as a literal for `concat!`.
@@ -41,7 +44,7 @@ macro_rules! branch_columns {
     () => {
         "id, tenant_id, session_id, owner_sub, parent_id, depth, description, prompt, budget, \
          used, reserved, status, reason, created_at, deadline_at, completed_at, warned_at, \
-         exhausted_at, result"
+         exhausted_at, result, kind, return_tier, returned_tokens"
     };
 }
 pub(crate) use branch_columns;
@@ -109,6 +112,9 @@ impl TryFrom<BranchRow> for Branch {
             completed_at: r.completed_at,
             warned_at: r.warned_at,
             result: r.result,
+            kind: r.kind.parse().map_err(corrupt)?,
+            return_tier: r.return_tier.parse().map_err(corrupt)?,
+            returned_tokens: r.returned_tokens.map(tokens).transpose()?,
         })
     }
 }

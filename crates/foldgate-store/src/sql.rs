@@ -154,7 +154,7 @@ macro_rules! sql_backend {
             ) -> Result<Option<Uuid>, StoreError> {
                 Ok(sqlx::query_scalar(
                     "SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
-                     AND status = 'active' AND reserved = 0 ORDER BY created_at DESC, id DESC LIMIT 1",
+                     AND status = 'active' AND reserved = 0 AND kind = 'agent' ORDER BY created_at DESC, id DESC LIMIT 1",
                 )
                 .bind(tenant.as_str())
                 .bind(session.as_str())
@@ -284,7 +284,7 @@ macro_rules! sql_backend {
                     "INSERT INTO branches (",
                     branch_columns!(),
                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-                     $17, $18, $19)"
+                     $17, $18, $19, $20, $21, $22)"
                 ))
                 .bind(r.id)
                 .bind(&r.tenant_id)
@@ -305,6 +305,34 @@ macro_rules! sql_backend {
                 .bind(Ts::opt(r.warned_at))
                 .bind(Ts::opt(r.exhausted_at))
                 .bind(&r.result)
+                .bind(&r.kind)
+                .bind(&r.return_tier)
+                .bind(r.returned_tokens)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn insert_run(
+                &mut self,
+                tenant: &TenantId,
+                branch: Uuid,
+                run: &NewRun,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO branch_runs (branch_id, tenant_id, model, tools, scopes, state, \
+                     lease_owner, lease_until, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)",
+                )
+                .bind(branch)
+                .bind(tenant.as_str())
+                .bind(&run.model)
+                .bind(crate::runs::tools_json(&run.tools))
+                .bind(run.scopes.join(" "))
+                .bind(&run.lease_owner)
+                .bind(Ts(run.lease_until))
+                .bind(Ts(at))
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -318,7 +346,8 @@ macro_rules! sql_backend {
             ) -> Result<Option<BranchRow>, StoreError> {
                 Ok(sqlx::query_as(concat!(
                     "UPDATE branches SET status = $3, reason = $4, completed_at = $5, result = $6, \
-                     used = CASE WHEN used + $7 < budget THEN used + $7 ELSE budget END, claimed_until = NULL \
+                     used = CASE WHEN used + $7 < budget THEN used + $7 ELSE budget END, claimed_until = NULL, \
+                     returned_tokens = $8 \
                      WHERE tenant_id = $1 AND id = $2 AND status = 'active' AND reserved = 0 RETURNING ",
                     branch_columns!()
                 ))
@@ -329,6 +358,7 @@ macro_rules! sql_backend {
                 .bind(Ts(f.at))
                 .bind(&f.result)
                 .bind(db_tokens(f.result_tokens))
+                .bind(f.returned_tokens.map(db_tokens))
                 .fetch_optional(&mut *self.0)
                 .await?)
             }
@@ -678,7 +708,7 @@ macro_rules! sql_backend {
                     "SELECT ",
                     branch_columns!(),
                     " FROM branches WHERE tenant_id = $1 AND session_id = $2 \
-                      AND status = 'active' AND reserved = 0 ORDER BY created_at DESC, id DESC LIMIT 1"
+                      AND status = 'active' AND reserved = 0 AND kind = 'agent' ORDER BY created_at DESC, id DESC LIMIT 1"
                 ))
                 .bind(tenant.as_str())
                 .bind(session.as_str())
@@ -971,6 +1001,248 @@ macro_rules! sql_backend {
                 .bind(Ts(now))
                 .fetch_one(&self.pool)
                 .await?)
+            }
+
+            async fn run(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Run>, StoreError> {
+                let row: Option<RunRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM branch_runs WHERE tenant_id = $1 AND branch_id = $2"
+                ))
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(Run::try_from).transpose()
+            }
+
+            async fn run_steps(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+            ) -> Result<Vec<RunStep>, StoreError> {
+                let rows: Vec<StepRow> = sqlx::query_as(
+                    "SELECT seq, kind, body, input_tokens, output_tokens, duration_ms, repeated, at \
+                     FROM run_steps WHERE tenant_id = $1 AND branch_id = $2 ORDER BY seq",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(RunStep::try_from).collect()
+            }
+
+            async fn record_step(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                owner: &str,
+                step: &NewStep,
+            ) -> Result<StepWritten, StoreError> {
+                // Nothing is written unless the step is the holder's next.
+                self.in_tx(|w| matches!(w, StepWritten::Written(_)), |mut tx| async move {
+                    let result = async {
+                        let held: Option<(i32, Option<String>, String, String)> = sqlx::query_as(concat!(
+                            "SELECT steps, lease_owner, state, model FROM branch_runs \
+                             WHERE tenant_id = $1 AND branch_id = $2",
+                            $lock
+                        ))
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .fetch_optional(&mut *tx.0)
+                        .await?;
+                        let Some((steps, lease_owner, state, model)) = held else {
+                            return Ok(StepWritten::NotOwner);
+                        };
+                        let next = u32::try_from(steps).ok() == Some(step.seq);
+                        if !next || lease_owner.as_deref() != Some(owner) || state != RunState::Running.as_str() {
+                            return Ok(StepWritten::NotOwner);
+                        }
+                        let model_step = step.kind == StepKind::Model;
+                        sqlx::query(
+                            "INSERT INTO run_steps (tenant_id, branch_id, seq, kind, body, input_tokens, \
+                             output_tokens, duration_ms, repeated, at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                        )
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .bind(i64::from(step.seq))
+                        .bind(step.kind.as_str())
+                        .bind(&step.body)
+                        .bind(db_tokens(step.input_tokens))
+                        .bind(db_tokens(step.output_tokens))
+                        .bind(i64::try_from(step.duration.as_millis()).unwrap_or(i64::MAX))
+                        .bind(step.repeated)
+                        .bind(Ts(step.at))
+                        .execute(&mut *tx.0)
+                        .await?;
+                        sqlx::query(
+                            "UPDATE branch_runs SET steps = steps + 1, model_calls = model_calls + $3, \
+                             input_tokens = input_tokens + $4, output_tokens = output_tokens + $5, \
+                             updated_at = $6 WHERE tenant_id = $1 AND branch_id = $2",
+                        )
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .bind(i32::from(model_step))
+                        .bind(db_tokens(step.input_tokens))
+                        .bind(db_tokens(step.output_tokens))
+                        .bind(Ts(step.at))
+                        .execute(&mut *tx.0)
+                        .await?;
+                        if !model_step {
+                            return Ok(StepWritten::Written(None));
+                        }
+                        sqlx::query(
+                            "INSERT INTO tenant_model_usage (tenant_id, model, calls, input_tokens, \
+                             output_tokens, updated_at) VALUES ($1, $2, 1, $3, $4, $5) \
+                             ON CONFLICT (tenant_id, model) DO UPDATE SET \
+                             calls = tenant_model_usage.calls + 1, \
+                             input_tokens = tenant_model_usage.input_tokens + $3, \
+                             output_tokens = tenant_model_usage.output_tokens + $4, updated_at = $5",
+                        )
+                        .bind(tenant.as_str())
+                        .bind(&model)
+                        .bind(db_tokens(step.input_tokens))
+                        .bind(db_tokens(step.output_tokens))
+                        .bind(Ts(step.at))
+                        .execute(&mut *tx.0)
+                        .await?;
+                        let Some(context) = step.context_tokens else {
+                            return Ok(StepWritten::Written(None));
+                        };
+                        let Some(branch) = tx.lock_branch(tenant, id.as_uuid()).await? else {
+                            return Ok(StepWritten::Written(None));
+                        };
+                        if branch.status != BranchStatus::Active.as_str() {
+                            return Ok(StepWritten::Written(None));
+                        }
+                        let measured = ledger(branch.budget, branch.used, branch.reserved)?
+                            .measure(context, branch.warned_at.is_some());
+                        tx.record_consumption(
+                            tenant,
+                            id.as_uuid(),
+                            db_tokens(measured.ledger.used),
+                            measured.warning.then_some(step.at),
+                            measured.exhausted.then_some(step.at),
+                        )
+                        .await?;
+                        Ok(StepWritten::Written(Some(measured)))
+                    }
+                    .await;
+                    (tx, result)
+                })
+                .await
+            }
+
+            async fn renew_run_lease(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                owner: &str,
+                until: DateTime<Utc>,
+            ) -> Result<bool, StoreError> {
+                let done = sqlx::query(
+                    "UPDATE branch_runs SET lease_until = $4 WHERE tenant_id = $1 AND branch_id = $2 \
+                     AND lease_owner = $3 AND state = 'running'",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .bind(owner)
+                .bind(Ts(until))
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn finish_run(
+                &self,
+                tenant: &TenantId,
+                id: BranchId,
+                owner: &str,
+                outcome: &str,
+                at: DateTime<Utc>,
+            ) -> Result<bool, StoreError> {
+                let done = sqlx::query(
+                    "UPDATE branch_runs SET state = 'done', outcome = $4, lease_owner = NULL, \
+                     lease_until = NULL, updated_at = $5 \
+                     WHERE tenant_id = $1 AND branch_id = $2 AND lease_owner = $3 AND state = 'running'",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .bind(owner)
+                .bind(outcome)
+                .bind(Ts(at))
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn claim_lapsed_runs(
+                &self,
+                owner: &str,
+                now: DateTime<Utc>,
+                until: DateTime<Utc>,
+                limit: u32,
+            ) -> Result<Vec<(TenantId, BranchId)>, StoreError> {
+                let rows: Vec<(String, Uuid)> = sqlx::query_as(concat!(
+                    "UPDATE branch_runs SET lease_owner = $1, lease_until = $3, resumes = resumes + 1, \
+                     updated_at = $2 WHERE branch_id IN ( \
+                        SELECT branch_id FROM branch_runs WHERE state = 'running' \
+                        AND (lease_until IS NULL OR lease_until <= $2) \
+                        ORDER BY lease_until LIMIT $4",
+                    $skip_locked,
+                    ") RETURNING tenant_id, branch_id"
+                ))
+                .bind(owner)
+                .bind(Ts(now))
+                .bind(Ts(until))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(t, id)| {
+                        let tenant = TenantId::parse(&t).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        Ok((tenant, BranchId::from_uuid(id)))
+                    })
+                    .collect()
+            }
+
+            async fn model_usage(
+                &self,
+                tenant: &TenantId,
+            ) -> Result<Vec<(String, ModelUsage)>, StoreError> {
+                let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+                    "SELECT model, calls, input_tokens, output_tokens FROM tenant_model_usage \
+                     WHERE tenant_id = $1 ORDER BY model",
+                )
+                .bind(tenant.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(model, calls, input, output)| {
+                        Ok((model, ModelUsage {
+                            calls: u64::try_from(calls).unwrap_or(0),
+                            input_tokens: crate::record::tokens(input)?,
+                            output_tokens: crate::record::tokens(output)?,
+                        }))
+                    })
+                    .collect()
+            }
+
+            async fn session_returned_tokens(
+                &self,
+                tenant: &TenantId,
+                session: &SessionId,
+            ) -> Result<Tokens, StoreError> {
+                let total: Option<i64> = sqlx::query_scalar(
+                    "SELECT CAST(SUM(returned_tokens) AS BIGINT) FROM branches \
+                     WHERE tenant_id = $1 AND session_id = $2 AND depth = 1",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .fetch_one(&self.pool)
+                .await?;
+                crate::record::tokens(total.unwrap_or(0))
             }
 
             async fn active_branches(&self) -> Result<Vec<(TenantId, u64)>, StoreError> {

@@ -14,6 +14,7 @@ use foldgate_api::{
     upstream::{UpstreamConfig, expand_env},
 };
 use foldgate_engine::{FoldingConfig, SupervisorConfig};
+use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
 use foldgate_telemetry::TelemetryConfig;
 use serde::Deserialize;
@@ -75,6 +76,11 @@ pub struct Config {
     /// Upstream MCP servers whose tools agents reach through foldgate
     /// (`[[upstreams]]`, config file only).
     pub upstreams: Vec<UpstreamConfig>,
+    /// Model providers that gateway-run branches (`branch_run`) run on
+    /// (`[[models]]`, config file only).
+    pub models: Vec<ModelConfig>,
+    /// How gateway-run branches are worked on and taken over (`[runner]`).
+    pub runner: RunnerConfig,
 }
 
 impl Default for Config {
@@ -93,6 +99,8 @@ impl Default for Config {
             scrub: ScrubConfig::default(),
             telemetry: TelemetryConfig::default(),
             upstreams: Vec::new(),
+            models: Vec::new(),
+            runner: RunnerConfig::default(),
         }
     }
 }
@@ -166,6 +174,7 @@ impl Config {
         section("folding", self.folding.validate())?;
         section("supervisor", self.supervisor.validate())?;
         section("telemetry", self.telemetry.validate())?;
+        section("runner", self.runner.validate())?;
         if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
             section("auth", self.auth.validate())?;
         }
@@ -186,10 +195,18 @@ impl Config {
                 return Err(at("the name is used twice".into()));
             }
         }
+        for (i, model) in self.models.iter().enumerate() {
+            let at = |e: String| format!("[[models]] {:?}: {e}", model.name);
+            model.validate().map_err(at)?;
+            if self.models[..i].iter().any(|m| m.name == model.name) {
+                return Err(at("the name is used twice".into()));
+            }
+        }
         Ok(())
     }
 
-    /// Checks that every `${VAR}` in the upstreams' credentials is set.
+    /// Checks that every `${VAR}` in the upstreams' credentials and the
+    /// models' keys is set.
     fn check_upstream_credentials(
         &self,
         env: impl Fn(&str) -> Option<String>,
@@ -203,6 +220,12 @@ impl Config {
             if let Some(oauth) = &upstream.oauth {
                 expand_env(&oauth.client_id, &env).map_err(|e| at("oauth.client_id", e))?;
                 expand_env(&oauth.client_secret, &env).map_err(|e| at("oauth.client_secret", e))?;
+            }
+        }
+        for model in &self.models {
+            if let Some(key) = &model.api_key {
+                expand_env(key, &env)
+                    .map_err(|e| format!("[[models]] {:?}: api_key: {e}", model.name))?;
             }
         }
         Ok(())

@@ -152,6 +152,21 @@ pub async fn start(
             .map_err(anyhow::Error::msg)?;
     metrics::observe_upstreams(&meter, &upstreams);
     upstreams.start(&shutdown);
+    let models = foldgate_runner::Models::new(&config.models, |var| std::env::var(var).ok())
+        .map_err(anyhow::Error::msg)?;
+    // Stopped after the servers, so that runs whose callers are still
+    // waiting go on during the grace period; then each run gives its lease
+    // up, for another replica to take it over at once.
+    let runs_stop = CancellationToken::new();
+    let runner = foldgate_runner::Runner::new(
+        Arc::clone(&service),
+        Arc::clone(&upstreams),
+        models,
+        config.runner,
+        foldgate_runner::RunMetrics::new(&meter),
+        runs_stop.clone(),
+    );
+    let runner_supervisor = tokio::spawn(Arc::clone(&runner).supervise());
     // Stopped after the servers, so that calls finishing during the grace
     // period are still written.
     let flush_stop = CancellationToken::new();
@@ -172,6 +187,7 @@ pub async fn start(
     let app = foldgate_api::router(Gateway {
         service,
         upstreams,
+        runner,
         auth: auth_state,
         config: config.api.clone(),
         mcp_url: mcp_url.clone(),
@@ -205,6 +221,10 @@ pub async fn start(
                     }
                 }
             };
+            runs_stop.cancel();
+            if runner_supervisor.await.is_err() {
+                tracing::error!("the run supervisor panicked");
+            }
             if let Some(supervisor) = supervisor.lock().await.take() {
                 supervisor.shutdown().await;
             }

@@ -20,7 +20,17 @@ use super::{
     config::expand_env,
     oauth::{Grant, TokenSource},
 };
-use crate::{auth::Authenticated, metrics::UpstreamMetrics};
+use foldgate_domain::TenantId;
+
+use crate::metrics::UpstreamMetrics;
+
+/// Who asks for upstream tools: a tenant, and the scopes its token grants.
+/// An agent's verified token, or the grant a gateway-run branch was started
+/// with.
+pub trait Caller {
+    fn tenant(&self) -> &TenantId;
+    fn has_scope(&self, scope: &str) -> bool;
+}
 
 /// The longest name a tool may have (MCP tool-name guidance).
 const MAX_TOOL_NAME: usize = 128;
@@ -401,7 +411,7 @@ impl Upstreams {
 
     /// The tools a principal sees: of upstreams that serve its tenant, that
     /// its token has the scope for, and that are answering.
-    pub fn tools_for(&self, who: &Authenticated) -> Vec<Tool> {
+    pub fn tools_for(&self, who: &dyn Caller) -> Vec<Tool> {
         let mut tools = Vec::new();
         for upstream in self.visible(who) {
             if !who.has_scope(upstream.config.required_scope()) {
@@ -422,7 +432,7 @@ impl Upstreams {
 
     /// Resolves a namespaced tool name for a principal. A tool of an
     /// upstream that is down is still found (and tried) if it was listed.
-    pub fn lookup(&self, who: &Authenticated, name: &str) -> Lookup {
+    pub fn lookup(&self, who: &dyn Caller, name: &str) -> Lookup {
         let Some((prefix, _)) = name.split_once(NAMESPACE_SEPARATOR) else {
             return Lookup::Unknown;
         };
@@ -440,8 +450,8 @@ impl Upstreams {
         Lookup::Found(Arc::clone(upstream), tool)
     }
 
-    fn visible<'a>(&'a self, who: &'a Authenticated) -> impl Iterator<Item = &'a Arc<Upstream>> {
-        self.list.iter().filter(|u| u.config.serves_tenant(who.principal.tenant.as_str()))
+    fn visible<'a>(&'a self, who: &'a dyn Caller) -> impl Iterator<Item = &'a Arc<Upstream>> {
+        self.list.iter().filter(|u| u.config.serves_tenant(who.tenant().as_str()))
     }
 
     /// Per upstream: name, whether it answers, tools offered, last error.

@@ -1,0 +1,25 @@
+//! Federation: the upstream MCP servers foldgate fronts, and the one way a
+//! call of their tools is made and metered.
+//!
+//! Teams declare their upstream servers in the configuration; agents see
+//! their tools as `<upstream>__<tool>` next to the folding tools. Every call
+//! of an upstream tool, whether an agent made it through the gateway's MCP
+//! endpoint or the gateway's own runner made it for a gateway-run branch,
+//! goes through [`meter::call`]: forwarded with foldgate's credentials (a
+//! static header or an OAuth client-credentials token, never the agent's),
+//! scrubbed, counted, charged to the branch it belongs to, and cut at what
+//! the branch grants.
+
+mod client;
+mod config;
+pub mod meter;
+pub mod metrics;
+mod oauth;
+mod registry;
+
+pub(crate) use client::CallError;
+pub use config::{
+    DEFAULT_UPSTREAM_SCOPE, NAMESPACE_SEPARATOR, OAuthClientCredentials, UpstreamConfig, expand_env,
+};
+pub use metrics::UpstreamMetrics;
+pub use registry::{Caller, Lookup, SchemaMismatch, Upstream, UpstreamTool, Upstreams};
