@@ -639,13 +639,19 @@ impl FoldingService {
     }
 
     /// Tokens the session's depth-1 branches handed back to the caller's own
-    /// context: what folding added to it.
+    /// context: what folding added to it. Another principal's session looks
+    /// exactly like one that does not exist: nothing was returned.
     pub async fn session_returned_tokens(
         &self,
         who: &Principal,
         session: &SessionId,
     ) -> Result<Tokens, FoldError> {
-        Ok(self.store.session_returned_tokens(&who.tenant, session).await?)
+        match self.store.session(&who.tenant, session).await? {
+            Some(found) if found.owner == who.subject => {
+                Ok(self.store.session_returned_tokens(&who.tenant, session).await?)
+            }
+            _ => Ok(0),
+        }
     }
 
     /// Force-returns branches that fell due, listed deepest first: those

@@ -92,7 +92,7 @@ async fn env_with(backend: Backend, config: FoldingConfig) -> Env {
 }
 
 fn create_req(service: &FoldingService, session: &str, budget: Option<i64>) -> CreateBranch {
-    CreateBranch::parse(service.config(), session, "look into it", None, budget, None, None)
+    CreateBranch::parse(service.config(), session, "look into it", None, budget, None, None, None)
         .unwrap()
 }
 
@@ -1019,8 +1019,9 @@ async fn two_engines_fire_each_deadline_exactly_once(backend: Backend) {
     let mut created = std::collections::HashSet::new();
     for i in 0..40 {
         let s = &engines[i % 2];
-        let req = CreateBranch::parse(s.config(), &format!("s{i}"), "x", None, None, Some(5), None)
-            .unwrap();
+        let req =
+            CreateBranch::parse(s.config(), &format!("s{i}"), "x", None, None, Some(5), None, None)
+                .unwrap();
         let b = s.create(&alice, req).await.unwrap().branch;
         created.insert(b.id);
     }
@@ -1062,7 +1063,8 @@ async fn refusals_for_budget_and_prompt_size(backend: Backend) {
 
     let prompt = "word ".repeat(2_000);
     let req =
-        CreateBranch::parse(s.config(), "s3", "x", Some(&prompt), Some(256), None, None).unwrap();
+        CreateBranch::parse(s.config(), "s3", "x", Some(&prompt), Some(256), None, None, None)
+            .unwrap();
     let err = s.create(&env.alice, req).await.unwrap_err();
     assert!(matches!(err, FoldError::PromptOverBudget { .. }), "{err:?}");
     assert_eq!(active_counters(&env.db, "acme").await, (2, 2), "refusals wrote nothing");

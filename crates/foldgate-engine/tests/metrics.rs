@@ -21,7 +21,8 @@ async fn redactions_are_counted_by_rule() {
         .metrics(EngineMetrics::new(&provider.meter("foldgate")))
         .build();
     let alice = principal("acme", "alice");
-    let req = CreateBranch::parse(service.config(), "s", "audit", None, None, None, None).unwrap();
+    let req =
+        CreateBranch::parse(service.config(), "s", "audit", None, None, None, None, None).unwrap();
     let branch = service.create(&alice, req).await.unwrap().branch;
 
     // Synthetic values in the documented formats.

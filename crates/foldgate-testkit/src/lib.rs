@@ -6,6 +6,8 @@
 //! A test that cannot reach it fails: it never skips.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
 
+pub mod model_server;
+
 use std::{
     sync::{Arc, OnceLock},
     time::{SystemTime, UNIX_EPOCH},

@@ -11,11 +11,12 @@
 //!
 //! What is counted is what a model reads of the call, once: the arguments
 //! as compact JSON; of the result, the text of its content items (text, or
-//! an embedded resource's text; any other item as compact JSON) or its
-//! `structuredContent` as compact JSON, whichever is larger. A result that
-//! carries both (as the MCP specification recommends, the same value twice)
-//! is read by a model in one form or the other, never both; charging the
-//! larger covers either.
+//! an embedded resource's text; any other item as compact JSON), or, for a
+//! result with no content item, its `structuredContent` as compact JSON. A
+//! result that carries both gives the same value twice (the MCP
+//! specification asks servers to serialize structured content into a text
+//! item for clients that read only content, which is what clients hand
+//! their models): it is charged once, as its content.
 
 use std::{sync::Arc, time::Instant};
 
@@ -471,10 +472,13 @@ pub fn result_tokens(tokens: &TokenCounter, result: &Value) -> Tokens {
         // Not a tool result: an error's message and data.
         return tokens.count(&compact(result));
     }
-    let as_content: Tokens =
-        content.into_iter().flatten().map(|item| tokens.count(&item_text(item))).sum();
-    let as_structured = structured.map_or(0, |s| tokens.count(&compact(s)));
-    as_content.max(as_structured)
+    match (content, structured) {
+        (Some(items), _) if !items.is_empty() => {
+            items.iter().map(|item| tokens.count(&item_text(item))).sum()
+        }
+        (_, Some(structured)) => tokens.count(&compact(structured)),
+        _ => 0,
+    }
 }
 
 /// The text of a content item as a model reads it.
@@ -586,12 +590,12 @@ mod tests {
         let text = json!({"content": [{"type": "text", "text": "hello world"}]});
         assert_eq!(result_tokens(&t, &text), 2);
         // A structured result that is also given as text is counted once,
-        // in the larger of its two forms: a model reads one of them.
+        // as its content.
         let both = json!({
             "content": [{"type": "text", "text": "{\"a\": 1}"}],
             "structuredContent": {"a": 1},
         });
-        assert_eq!(result_tokens(&t, &both), t.count("{\"a\": 1}").max(t.count("{\"a\":1}")));
+        assert_eq!(result_tokens(&t, &both), t.count("{\"a\": 1}"));
         // As the Python SDK's servers shape a tool that returns a string:
         // the text, and the same text wrapped in `{"result": …}`.
         let file = "fn flush(&mut self) -> io::Result<()> { self.inner.flush() }\n".repeat(40);
@@ -599,9 +603,7 @@ mod tests {
             "content": [{"type": "text", "text": file}],
             "structuredContent": {"result": file},
         });
-        let once = t.count(&compact(&json!({"result": file})));
-        assert_eq!(result_tokens(&t, &wrapped), once);
-        assert!(once < t.count(&file) + 10, "about the file once: {once}");
+        assert_eq!(result_tokens(&t, &wrapped), t.count(&file), "the file once");
         let structured_only = json!({"content": [], "structuredContent": {"a": 1}});
         assert_eq!(result_tokens(&t, &structured_only), t.count("{\"a\":1}"));
         let resource = json!({"content": [{"type": "resource", "resource": {"uri": "file:///x", "text": "hello world"}}]});

@@ -87,9 +87,18 @@ async fn full_fold(backend: Backend, era: Era) {
         ok(&call(&agent, "branch_status", json!({"branch_id": third["branch_id"]})).await);
     assert_eq!(third_status["reason"], "session_ended");
     let none = ok(&call(&agent, "branch_status", json!({"session_id": "conv-1"})).await);
+    // What folding added to the caller's context: the outer branch's
+    // message (the forced ends returned nothing).
     assert_eq!(
         none,
-        json!({"branch_id": null, "status": "No active branch found"}).as_object().unwrap().clone()
+        json!({
+            "branch_id": null,
+            "status": "No active branch found",
+            "session_tokens_returned": returned["tokens_returned"],
+        })
+        .as_object()
+        .unwrap()
+        .clone()
     );
 
     agent.cancel().await.unwrap();

@@ -4,40 +4,22 @@
 
 mod common;
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
 };
 
-use axum::{
-    Router,
-    extract::{Request, State},
-    http::StatusCode,
-    middleware::{self, Next},
-    response::{IntoResponse, Response},
-    routing::post,
+use axum::{Router, http::StatusCode, routing::post};
+use common::{
+    Client, Era, TestGateway, call, client,
+    files::{LEAKED, Upstream, file_text},
+    ok, refusal, tools_until,
 };
-use common::{Client, Era, TestGateway, call, client, ok, refusal};
 use foldgate_api::upstream::UpstreamConfig;
 use foldgate_engine::{Encoding, TokenCounter};
 use foldgate_testkit::Backend;
-use rmcp::{
-    ServerHandler,
-    model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-        ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    },
-    service::{RequestContext, RoleServer},
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
-    },
-};
-use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use serde_json::{Value, json};
 
 /// A `#[tokio::test]` on each backend (`sqlite::name`, `postgres::name`)
 /// for each `async fn name(backend: Backend)`.
@@ -68,191 +50,6 @@ on_both_backends!(
     concurrent_results_are_cut_at_the_budget_together,
     a_result_is_withheld_when_its_branch_ended_during_the_call,
 );
-
-// ---------------------------------------------------------------------------
-// The upstream: a small "files" MCP server.
-
-/// A secret the scrubber knows (a GitHub token's format).
-const LEAKED: &str = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
-
-/// The synthetic content of a file: a few hundred tokens of plausible code.
-fn file_text(path: &str, lines: usize) -> String {
-    (0..lines)
-        .map(|i| format!("// {path}:{i}\nfn handler_{i}(req: Request) -> Result<Response, Error> {{ retry(req, {i}) }}\n"))
-        .collect()
-}
-
-#[derive(Debug, Clone, Default)]
-struct Files {
-    hold: Arc<Hold>,
-}
-
-/// Holds calls of `read_held` until the test lets them go.
-#[derive(Debug)]
-struct Hold {
-    /// A permit for each call that came in.
-    arrived: tokio::sync::Semaphore,
-    /// A permit for each call that may answer.
-    released: tokio::sync::Semaphore,
-}
-
-impl Default for Hold {
-    fn default() -> Self {
-        Self { arrived: tokio::sync::Semaphore::new(0), released: tokio::sync::Semaphore::new(0) }
-    }
-}
-
-impl Hold {
-    /// Waits until `n` more calls have come in (a test whose calls never
-    /// reach the upstream fails here rather than waiting forever).
-    async fn arrivals(&self, n: u32) {
-        let arrived = tokio::time::timeout(Duration::from_secs(10), self.arrived.acquire_many(n));
-        arrived.await.expect("the calls reached the upstream").unwrap().forget();
-    }
-
-    /// Lets `n` held calls answer.
-    fn release(&self, n: usize) {
-        self.released.add_permits(n);
-    }
-}
-
-fn schema(value: Value) -> Arc<Map<String, Value>> {
-    let Value::Object(map) = value else { panic!("schema must be an object") };
-    Arc::new(map)
-}
-
-impl ServerHandler for Files {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let path = json!({
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "lines": {"type": "integer", "minimum": 1}},
-            "required": ["path"],
-            "additionalProperties": false,
-        });
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new("read_file", "Read a file", schema(path.clone())),
-            Tool::new("read_held", "Read a file when the test says so", schema(path)),
-            Tool::new(
-                "echo",
-                "Echo text",
-                schema(
-                    json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-                ),
-            ),
-            Tool::new("leak", "Print the deploy token", schema(json!({"type": "object"}))),
-            Tool::new("fail", "Always fails", schema(json!({"type": "object"}))),
-            Tool::new("admin_reset", "Not for agents", schema(json!({"type": "object"}))),
-        ]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let args = request.arguments.unwrap_or_default();
-        let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-        let result = match request.name.as_ref() {
-            name @ ("read_file" | "read_held") => {
-                if name == "read_held" {
-                    self.hold.arrived.add_permits(1);
-                    self.hold.released.acquire().await.unwrap().forget();
-                }
-                let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
-                CallToolResult::success(vec![ContentBlock::text(file_text(
-                    &text("path"),
-                    lines as usize,
-                ))])
-            }
-            "echo" => CallToolResult::success(vec![ContentBlock::text(text("text"))]),
-            "leak" => CallToolResult::success(vec![ContentBlock::text(format!(
-                "deploy with GITHUB_TOKEN={LEAKED}"
-            ))]),
-            "fail" => CallToolResult::error(vec![ContentBlock::text("disk on fire")]),
-            "admin_reset" => CallToolResult::success(vec![ContentBlock::text("reset everything")]),
-            other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
-        };
-        Ok(result.into())
-    }
-}
-
-/// An upstream server on loopback that requires `Authorization: <auth>`.
-struct Upstream {
-    addr: SocketAddr,
-    auth: &'static str,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    /// Its calls of `read_held`.
-    hold: Arc<Hold>,
-}
-
-impl Upstream {
-    async fn start(auth: &'static str) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Self::serve(listener, auth)
-    }
-
-    fn serve(listener: tokio::net::TcpListener, auth: &'static str) -> Self {
-        let addr = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let files = Files::default();
-        let hold = Arc::clone(&files.hold);
-        let mcp = StreamableHttpService::new(
-            move || Ok(files.clone()),
-            Arc::new(NeverSessionManager::default()),
-            StreamableHttpServerConfig::default()
-                .with_legacy_session_mode(false)
-                .with_json_response(true)
-                .with_sse_keep_alive(None)
-                .disable_allowed_hosts()
-                .with_cancellation_token(stop.child_token()),
-        );
-        let app = Router::new()
-            .route_service("/mcp", mcp)
-            .layer(middleware::from_fn_with_state(auth, require_auth));
-        let serve_stop = stop.clone();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(serve_stop.cancelled_owned())
-                .await
-                .unwrap();
-        });
-        Self { addr, auth, stop, task, hold }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
-    /// Stops serving (connections are refused) until `restart`.
-    async fn down(self) -> (SocketAddr, &'static str) {
-        self.stop.cancel();
-        self.task.abort();
-        let _ = self.task.await;
-        (self.addr, self.auth)
-    }
-
-    async fn restart(addr: SocketAddr, auth: &'static str) -> Self {
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-        Self::serve(listener, auth)
-    }
-}
-
-async fn require_auth(State(expected): State<&'static str>, req: Request, next: Next) -> Response {
-    let given = req.headers().get("authorization").and_then(|v| v.to_str().ok());
-    if given != Some(expected) {
-        return (StatusCode::UNAUTHORIZED, "bad upstream credentials").into_response();
-    }
-    next.run(req).await
-}
 
 /// An OAuth token endpoint (client credentials) counting what it issues.
 async fn token_endpoint(issued: Arc<AtomicUsize>) -> String {
@@ -326,19 +123,6 @@ fn notes_config(url: &str) -> UpstreamConfig {
     upstream_config(&format!(
         "[[upstreams]]\nname = \"notes\"\nurl = \"{url}\"\nrefresh_seconds = 1\n[upstreams.headers]\nAuthorization = \"Bearer notes-secret\"\n"
     ))
-}
-
-/// Waits until the agent's tool list satisfies `pred`.
-async fn tools_until(agent: &Client, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
-    for _ in 0..100 {
-        let names: Vec<String> =
-            agent.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
-        if pred(&names) {
-            return names;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the tool list never got there");
 }
 
 fn counter() -> TokenCounter {

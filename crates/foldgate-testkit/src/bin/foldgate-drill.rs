@@ -44,6 +44,7 @@ async fn create(service: &FoldingService, session: &str, timeout: i64) -> foldga
         Some(1024),
         Some(timeout),
         None,
+        None,
     )
     .unwrap();
     service.create(&principal("acme", "drill"), req).await.unwrap().branch

@@ -3,6 +3,8 @@
 #![allow(dead_code, reason = "each test binary uses part of this module")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
+pub mod files;
+
 use std::time::Duration;
 
 use foldgate::{config::Config, serve};
@@ -26,6 +28,8 @@ pub struct TestGateway {
     pub db: TestDb,
     pub url: String,
     pub base: String,
+    /// What tokens for this gateway name as their audience.
+    pub audience: String,
 }
 
 impl TestGateway {
@@ -48,12 +52,14 @@ impl TestGateway {
         config.auth.jwt_secret = Some(Secret::new(SECRET));
         config.supervisor.idle_poll_interval = Duration::from_secs(3600);
         tweak(&mut config);
+        let audience = config.auth.audience.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let running = serve::start(config, listener, ops, telemetry).await.unwrap();
         let url = running.mcp_url.clone();
         let base = url.trim_end_matches("/mcp").to_owned();
-        Self { running, db, url, base }
+        let audience = audience.unwrap_or_else(|| url.clone());
+        Self { running, db, url, base, audience }
     }
 
     /// A token for `tenant`/`sub` with `scopes`, valid for this gateway.
@@ -65,7 +71,7 @@ impl TestGateway {
             scopes.iter().copied(),
             Duration::from_secs(600),
             None,
-            Some(&self.url),
+            Some(&self.audience),
         )
         .unwrap()
     }
@@ -77,6 +83,31 @@ impl TestGateway {
     pub async fn stop(self) {
         self.running.stop().await.unwrap();
         self.db.cleanup().await;
+    }
+
+    /// Another replica on the same database.
+    pub async fn replica(&self, tweak: impl FnOnce(&mut Config)) -> Replica {
+        let mut config = Config { database_url: self.db.url.clone(), ..Config::default() };
+        config.auth.jwt_secret = Some(Secret::new(SECRET));
+        config.supervisor.idle_poll_interval = Duration::from_secs(3600);
+        tweak(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let running = serve::start(config, listener, ops, Telemetry::local()).await.unwrap();
+        let url = running.mcp_url.clone();
+        Replica { running, url }
+    }
+}
+
+/// A second gateway process on a [`TestGateway`]'s database.
+pub struct Replica {
+    pub running: serve::Running,
+    pub url: String,
+}
+
+impl Replica {
+    pub async fn stop(self) {
+        self.running.stop().await.unwrap();
     }
 }
 
@@ -128,4 +159,18 @@ pub fn refusal(result: &CallToolResult) -> (String, String) {
         content["error"]["code"].as_str().unwrap().to_owned(),
         content["error"]["message"].as_str().unwrap().to_owned(),
     )
+}
+
+/// Lists the tools until `pred` holds of their names (an upstream's tools
+/// appear once its first listing is done).
+pub async fn tools_until(agent: &Client, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
+    for _ in 0..100 {
+        let names: Vec<String> =
+            agent.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
+        if pred(&names) {
+            return names;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the tool list never got there");
 }
