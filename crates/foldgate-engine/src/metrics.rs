@@ -63,6 +63,12 @@ pub struct EngineMetrics {
     compression: Histogram<f64>,
     /// `foldgate.tokens.consumed{tenant}`: tokens charged to branches.
     tokens_consumed: Counter<u64>,
+    /// `foldgate.tokens.returned{tenant, kind, to}`: tokens of return
+    /// messages handed to the parent (`to="caller"` for depth-1 branches,
+    /// whose parent is the caller's own context; `to="branch"` otherwise),
+    /// by the kind of branch (`agent`, `gateway`): what folding adds to
+    /// contexts. Per session, `branch_status` reports it.
+    tokens_returned: Counter<u64>,
     /// `foldgate.supervisor.lag`: how long after its deadline a branch was
     /// force-returned.
     supervisor_lag: Histogram<f64>,
@@ -121,6 +127,14 @@ impl EngineMetrics {
             tokens_consumed: meter
                 .u64_counter("foldgate.tokens.consumed")
                 .with_description("Tokens charged to branches, as counted by the gateway")
+                .with_unit("{token}")
+                .build(),
+            tokens_returned: meter
+                .u64_counter("foldgate.tokens.returned")
+                .with_description(
+                    "Tokens of return messages handed to the parent: what folding adds to \
+                     contexts",
+                )
                 .with_unit("{token}")
                 .build(),
             supervisor_lag: meter
@@ -196,14 +210,23 @@ impl EngineMetrics {
         self.forced_returns.add(count, &[tenant(who), reason]);
     }
 
-    /// A return by the agent: the message's tokens, charged, and how much
-    /// smaller it is than what the branch consumed.
-    pub(crate) fn returned(&self, branch: &Branch, message_tokens: Tokens) {
-        // The charge is capped at what remained of the budget.
-        let charged = message_tokens.min(branch.ledger.used);
+    /// A return: the message handed to the parent (`charged` of it was
+    /// charged to the branch), and how much smaller it is than what the
+    /// branch consumed.
+    pub(crate) fn returned(&self, branch: &Branch, message_tokens: Tokens, charged: Tokens) {
         self.consumed(&branch.tenant, charged);
+        let to = if branch.depth == 1 { "caller" } else { "branch" };
+        self.tokens_returned.add(
+            message_tokens,
+            &[
+                tenant(&branch.tenant),
+                KeyValue::new("kind", branch.kind.as_str()),
+                KeyValue::new("to", to),
+            ],
+        );
         if branch.ledger.used > 0 {
-            let compression = 1.0 - fraction(charged, branch.ledger.used);
+            let returned = message_tokens.min(branch.ledger.used);
+            let compression = 1.0 - fraction(returned, branch.ledger.used);
             self.compression.record(compression.max(0.0), &[tenant(&branch.tenant)]);
         }
     }

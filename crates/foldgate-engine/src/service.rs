@@ -347,7 +347,8 @@ impl FoldingService {
         let (branch, children_ended) =
             self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
         self.metrics.redacted(&scrubbed.by_rule);
-        self.metrics.returned(&branch, result_tokens);
+        // The charge is capped at what remained of the budget.
+        self.metrics.returned(&branch, result_tokens, result_tokens.min(branch.ledger.used));
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
@@ -630,7 +631,8 @@ impl FoldingService {
     ) -> Result<Option<Branch>, FoldError> {
         match self.end_tree(tenant, id, finish, EndReason::ParentReturning).await {
             Ok((branch, _)) => {
-                self.metrics.returned(&branch, branch.returned_tokens.unwrap_or(0));
+                // The finding is already in the context the model counted.
+                self.metrics.returned(&branch, branch.returned_tokens.unwrap_or(0), 0);
                 Ok(Some(branch))
             }
             Err(FoldError::BranchNotActive { .. } | FoldError::BranchNotFound) => Ok(None),

@@ -348,8 +348,15 @@ impl Runner {
     }
 
     fn spawn(self: &Arc<Self>, tenant: TenantId, id: BranchId, resumed: bool) {
-        let (tx, _) = watch::channel(0);
-        self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, tx);
+        {
+            let mut map = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if map.contains_key(&id) {
+                // Already worked on here (its lease lapsed while a renewal
+                // failed, and this replica took it over again).
+                return;
+            }
+            map.insert(id, watch::channel(0).0);
+        }
         let runner = Arc::clone(self);
         let span = tracing::info_span!("run", tenant = %tenant, branch.id = %id, resumed);
         self.tasks.spawn(
@@ -808,6 +815,10 @@ impl Runner {
         }
         let store = self.service.store();
         let ended = store.branch(tenant, branch.id).await?.ok_or(FoldError::BranchNotFound)?;
+        if end.is_none() && failure.is_none() && ended.reason == Some(EndReason::ReportedFailure) {
+            // Only `tasks/cancel` ends a gateway-run branch that way.
+            failure = Some(("cancelled", "the run was cancelled".into()));
+        }
         let run = store.run(tenant, branch.id).await?.unwrap_or_else(|| run.clone());
         // A branch ended from outside keeps no result: the caller still gets
         // what was produced.
