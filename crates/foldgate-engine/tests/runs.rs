@@ -1,0 +1,282 @@
+//! The books of gateway-run branches in the store, on Postgres and SQLite:
+//! steps written once and only by the holder of the run's lease, the
+//! context measured into the ledger, runs taken over exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use foldgate_domain::{BranchKind, BranchStatus, Principal};
+use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService, ManualClock};
+use foldgate_store::{Finish, NewRun, NewStep, RunState, StepKind, StepWritten};
+use foldgate_testkit::{Backend, ServiceBuilder, TestDb, principal};
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(foldgate_testkit::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(foldgate_testkit::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    steps_are_written_once_in_order_by_the_lease_holder,
+    a_model_step_measures_the_context_into_the_ledger,
+    lapsed_runs_are_taken_over_once,
+    a_gateway_run_branch_stays_out_of_the_agents_stack,
+);
+
+struct Env {
+    db: TestDb,
+    service: Arc<FoldingService>,
+    clock: ManualClock,
+    alice: Principal,
+}
+
+async fn env(backend: Backend) -> Env {
+    let db = TestDb::new(backend).await;
+    let clock = ManualClock::starting_now();
+    let service = ServiceBuilder::new(db.connect().await).clock(Arc::new(clock.clone())).build();
+    Env { db, service, clock, alice: principal("acme", "alice") }
+}
+
+fn req(service: &FoldingService, session: &str, budget: i64) -> CreateBranch {
+    CreateBranch::parse(service.config(), session, "run it", None, Some(budget), None, None, None)
+        .unwrap()
+}
+
+fn run(owner: &str, until: DateTime<Utc>) -> NewRun {
+    NewRun {
+        model: "default".into(),
+        tools: vec!["files__read".into()],
+        scopes: vec!["fold:write".into()],
+        lease_owner: owner.into(),
+        lease_until: until,
+    }
+}
+
+fn step(seq: u32, kind: StepKind, usage: (u64, u64), at: DateTime<Utc>) -> NewStep {
+    NewStep {
+        seq,
+        kind,
+        body: format!("{{\"seq\": {seq}}}"),
+        input_tokens: usage.0,
+        output_tokens: usage.1,
+        context_tokens: (kind == StepKind::Model).then_some(usage.0 + usage.1),
+        duration: Duration::from_millis(5),
+        repeated: false,
+        at,
+    }
+}
+
+async fn steps_are_written_once_in_order_by_the_lease_holder(backend: Backend) {
+    let env = env(backend).await;
+    let now = env.clock.now();
+    let lease = now + chrono::Duration::seconds(30);
+    let branch = env
+        .service
+        .create_run(&env.alice, req(&env.service, "s", 4_000), run("a", lease))
+        .await
+        .unwrap()
+        .branch;
+    assert_eq!(branch.kind, BranchKind::Gateway);
+    let store = env.service.store();
+    let tenant = &env.alice.tenant;
+    let cases = [
+        (step(1, StepKind::Model, (10, 1), now), "a", false, "a step out of order"),
+        (step(0, StepKind::Model, (100, 10), now), "b", false, "another replica"),
+        (step(0, StepKind::Model, (100, 10), now), "a", true, "the holder's first step"),
+        (step(0, StepKind::Model, (100, 10), now), "a", false, "the same step again"),
+        (step(1, StepKind::Tool, (0, 0), now), "a", true, "the next step"),
+        (step(2, StepKind::Model, (300, 20), now), "a", true, "and the next"),
+    ];
+    for (step, owner, written, why) in cases {
+        let got = store.record_step(tenant, branch.id, owner, &step).await.unwrap();
+        assert_eq!(matches!(got, StepWritten::Written(_)), written, "{why}: {got:?}");
+    }
+    let steps = store.run_steps(tenant, branch.id).await.unwrap();
+    assert_eq!(steps.iter().map(|s| s.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(steps[1].kind, StepKind::Tool);
+    let stored = store.run(tenant, branch.id).await.unwrap().unwrap();
+    assert_eq!(stored.steps, 3);
+    assert_eq!(
+        (stored.usage.calls, stored.usage.input_tokens, stored.usage.output_tokens),
+        (2, 400, 30),
+        "each model step booked once"
+    );
+    let billed = store.model_usage(tenant).await.unwrap();
+    assert_eq!(billed.len(), 1);
+    assert_eq!(
+        (billed[0].0.as_str(), billed[0].1.calls, billed[0].1.input_tokens),
+        ("default", 2, 400)
+    );
+    assert!(store.model_usage(&principal("globex", "x").tenant).await.unwrap().is_empty());
+
+    // Only the holder finishes it, once.
+    assert!(!store.finish_run(tenant, branch.id, "b", "{}", now).await.unwrap());
+    assert!(store.finish_run(tenant, branch.id, "a", "{\"done\": true}", now).await.unwrap());
+    assert!(!store.finish_run(tenant, branch.id, "a", "{}", now).await.unwrap());
+    let done = store.run(tenant, branch.id).await.unwrap().unwrap();
+    assert_eq!(done.state, RunState::Done);
+    assert_eq!(done.outcome.as_deref(), Some("{\"done\": true}"));
+    let late = step(3, StepKind::Model, (1, 1), now);
+    assert_eq!(
+        store.record_step(tenant, branch.id, "a", &late).await.unwrap(),
+        StepWritten::NotOwner
+    );
+    // Another tenant sees none of it.
+    let other = principal("globex", "alice").tenant;
+    assert!(store.run(&other, branch.id).await.unwrap().is_none());
+    assert!(store.run_steps(&other, branch.id).await.unwrap().is_empty());
+    env.db.cleanup().await;
+}
+
+async fn a_model_step_measures_the_context_into_the_ledger(backend: Backend) {
+    let env = env(backend).await;
+    let now = env.clock.now();
+    let lease = now + chrono::Duration::seconds(30);
+    let branch = env
+        .service
+        .create_run(&env.alice, req(&env.service, "s", 1_000), run("a", lease))
+        .await
+        .unwrap()
+        .branch;
+    let store = env.service.store();
+    let tenant = &env.alice.tenant;
+    // (input, output) of each model call, and the ledger's `used` after it.
+    let calls = [((300, 50), 350, false), ((600, 100), 700, false), ((780, 30), 810, true)];
+    for (seq, (usage, used, warned)) in calls.into_iter().enumerate() {
+        let seq = u32::try_from(seq).unwrap();
+        let written = store
+            .record_step(tenant, branch.id, "a", &step(seq, StepKind::Model, usage, now))
+            .await;
+        let StepWritten::Written(Some(c)) = written.unwrap() else { panic!("measured") };
+        assert_eq!(c.ledger.used, used, "the context as the provider counted it");
+        assert_eq!(c.warning, warned, "the 80% warning at {used}");
+        assert!(!c.exhausted);
+    }
+    let over = step(3, StepKind::Model, (990, 60), now);
+    let written = store.record_step(tenant, branch.id, "a", &over).await.unwrap();
+    let StepWritten::Written(Some(c)) = written else { panic!("measured") };
+    assert_eq!((c.ledger.used, c.exhausted), (1_000, true), "never past the budget");
+    let stored = store.branch(tenant, branch.id).await.unwrap().unwrap();
+    assert_eq!(stored.ledger.used, 1_000);
+
+    // The run's finding ends it, recorded as returned and not charged.
+    let finish = Finish {
+        status: BranchStatus::Completed,
+        reason: None,
+        result: Some("the finding".into()),
+        result_tokens: 0,
+        returned_tokens: Some(3),
+        at: now,
+    };
+    let ended = env.service.end_run(tenant, branch.id, finish).await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status, ended.returned_tokens, ended.ledger.used),
+        (BranchStatus::Completed, Some(3), 1_000)
+    );
+    let session = env.service.session_returned_tokens(&env.alice, &ended.session_id).await.unwrap();
+    assert_eq!(session, 3, "what the fold added to the caller's context");
+    let bob = principal("acme", "bob");
+    assert_eq!(env.service.session_returned_tokens(&bob, &ended.session_id).await.unwrap(), 0);
+    env.db.cleanup().await;
+}
+
+async fn lapsed_runs_are_taken_over_once(backend: Backend) {
+    let env = env(backend).await;
+    let now = env.clock.now();
+    let store = env.service.store();
+    let soon = now + chrono::Duration::seconds(3);
+    let later = now + chrono::Duration::seconds(60);
+    let live = env
+        .service
+        .create_run(&env.alice, req(&env.service, "s1", 1_000), run("a", later))
+        .await
+        .unwrap()
+        .branch;
+    let lapsing = env
+        .service
+        .create_run(&env.alice, req(&env.service, "s2", 1_000), run("a", soon))
+        .await
+        .unwrap()
+        .branch;
+    let done = env
+        .service
+        .create_run(&env.alice, req(&env.service, "s3", 1_000), run("a", soon))
+        .await
+        .unwrap()
+        .branch;
+    assert!(store.finish_run(&env.alice.tenant, done.id, "a", "{}", now).await.unwrap());
+
+    assert!(
+        store.claim_lapsed_runs("b", now, later, 10).await.unwrap().is_empty(),
+        "no lease has lapsed"
+    );
+    let after = soon + chrono::Duration::seconds(1);
+    let (first, second) = tokio::join!(
+        store.claim_lapsed_runs("b", after, later, 10),
+        store.claim_lapsed_runs("c", after, later, 10),
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.len() + second.len(), 1, "taken over once: {first:?} {second:?}");
+    let (tenant, id) = first.into_iter().chain(second).next().unwrap();
+    assert_eq!((tenant, id), (env.alice.tenant.clone(), lapsing.id));
+    let taken = store.run(&env.alice.tenant, lapsing.id).await.unwrap().unwrap();
+    assert_eq!(taken.resumes, 1);
+    assert!(matches!(taken.lease_owner.as_deref(), Some("b" | "c")));
+    // The former holder can no longer write or renew.
+    let stale = step(0, StepKind::Model, (1, 1), after);
+    assert_eq!(
+        store.record_step(&env.alice.tenant, lapsing.id, "a", &stale).await.unwrap(),
+        StepWritten::NotOwner
+    );
+    assert!(!store.renew_run_lease(&env.alice.tenant, lapsing.id, "a", later).await.unwrap());
+    assert!(store.renew_run_lease(&env.alice.tenant, live.id, "a", later).await.unwrap());
+    env.db.cleanup().await;
+}
+
+async fn a_gateway_run_branch_stays_out_of_the_agents_stack(backend: Backend) {
+    let env = env(backend).await;
+    let now = env.clock.now();
+    let gateway = env
+        .service
+        .create_run(
+            &env.alice,
+            req(&env.service, "s", 4_000),
+            run("a", now + chrono::Duration::seconds(30)),
+        )
+        .await
+        .unwrap()
+        .branch;
+    assert_eq!(gateway.depth, 1);
+    let mine = env.service.create(&env.alice, req(&env.service, "s", 1_000)).await.unwrap().branch;
+    assert_eq!((mine.depth, mine.parent), (1, None), "not nested under the gateway's branch");
+    let mut under = req(&env.service, "s", 1_000);
+    under.parent = Some(gateway.id);
+    assert!(matches!(
+        env.service.create(&env.alice, under).await,
+        Err(FoldError::GatewayRunBranch)
+    ));
+    let active =
+        env.service.store().active_branch(&env.alice.tenant, &gateway.session_id).await.unwrap();
+    assert_eq!(active.map(|b| b.id), Some(mine.id));
+    assert!(matches!(
+        env.service.call_target(&env.alice, Some(gateway.id)).await,
+        Err(FoldError::GatewayRunBranch)
+    ));
+    env.db.cleanup().await;
+}
