@@ -133,3 +133,134 @@ impl AttemptObserver for RunMetrics {
         self.duration.record(duration.as_secs_f64(), &attributes);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::{
+        InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        data::{AggregatedMetrics, MetricData},
+    };
+
+    use super::*;
+    use crate::model::Provider;
+
+    /// Each data point of `name`: its attributes and its value (a sum, or a
+    /// histogram's count).
+    fn points(
+        exporter: &InMemoryMetricExporter,
+        name: &str,
+    ) -> Vec<(BTreeMap<String, String>, f64)> {
+        let mut found: Vec<(BTreeMap<String, String>, f64)> = Vec::new();
+        for resource in exporter.get_finished_metrics().unwrap() {
+            for scope in resource.scope_metrics() {
+                for metric in scope.metrics().filter(|m| m.name() == name) {
+                    let attrs =
+                        |kv: &mut dyn Iterator<Item = &KeyValue>| -> BTreeMap<String, String> {
+                            kv.map(|kv| (kv.key.to_string(), kv.value.to_string())).collect()
+                        };
+                    match metric.data() {
+                        AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                            for p in sum.data_points() {
+                                #[expect(
+                                    clippy::cast_precision_loss,
+                                    reason = "small test counts"
+                                )]
+                                found.push((attrs(&mut p.attributes()), p.value() as f64));
+                            }
+                        }
+                        AggregatedMetrics::I64(MetricData::Sum(sum)) => {
+                            for p in sum.data_points() {
+                                #[expect(
+                                    clippy::cast_precision_loss,
+                                    reason = "small test counts"
+                                )]
+                                found.push((attrs(&mut p.attributes()), p.value() as f64));
+                            }
+                        }
+                        AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                            for p in h.data_points() {
+                                #[expect(
+                                    clippy::cast_precision_loss,
+                                    reason = "small test counts"
+                                )]
+                                found.push((attrs(&mut p.attributes()), p.count() as f64));
+                            }
+                        }
+                        _ => panic!("{name}: unexpected kind"),
+                    }
+                }
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found
+    }
+
+    fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn runs_steps_model_calls_and_tokens_are_recorded() {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        let metrics = RunMetrics::new(&provider.meter("foldgate"));
+        let model: ModelConfig = serde_json::from_value(serde_json::json!({
+            "name": "default", "provider": "anthropic", "base_url": "http://127.0.0.1:1/v1",
+            "model": "m", "api_key": "k",
+        }))
+        .unwrap();
+        assert_eq!(model.provider, Provider::Anthropic);
+        metrics.working(1);
+        metrics.attempt(&model, Duration::from_millis(20), Some(FaultKind::RateLimited));
+        metrics.attempt(&model, Duration::from_millis(30), None);
+        metrics.billed("acme", "default", 1_200, 80);
+        metrics.step("default", "model");
+        metrics.step("default", "tool");
+        metrics.ended("acme", "default", "completed");
+        metrics.working(-1);
+        provider.force_flush().unwrap();
+
+        let call = [
+            ("gen_ai.provider.name", "anthropic"),
+            ("gen_ai.request.model", "default"),
+            ("gen_ai.operation.name", "chat"),
+        ];
+        let mut failed = attrs(&call);
+        failed.insert("error.type".into(), "rate_limited".into());
+        let mut expected = vec![(attrs(&call), 1.0), (failed, 1.0)];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(points(&exporter, "gen_ai.client.operation.duration"), expected);
+        assert_eq!(
+            points(&exporter, "foldgate.model.errors"),
+            [(attrs(&[("kind", "rate_limited"), ("model", "default")]), 1.0)]
+        );
+        let tokens = |kind| {
+            attrs(&[
+                ("gen_ai.request.model", "default"),
+                ("gen_ai.token.type", kind),
+                ("tenant", "acme"),
+            ])
+        };
+        assert_eq!(
+            points(&exporter, "gen_ai.client.token.usage"),
+            [(tokens("input"), 1_200.0), (tokens("output"), 80.0)]
+        );
+        assert_eq!(
+            points(&exporter, "foldgate.run.steps"),
+            [
+                (attrs(&[("kind", "model"), ("model", "default")]), 1.0),
+                (attrs(&[("kind", "tool"), ("model", "default")]), 1.0)
+            ]
+        );
+        assert_eq!(
+            points(&exporter, "foldgate.run.runs"),
+            [(attrs(&[("model", "default"), ("status", "completed"), ("tenant", "acme")]), 1.0)]
+        );
+        assert_eq!(points(&exporter, "foldgate.run.active"), [(attrs(&[]), 0.0)]);
+    }
+}
