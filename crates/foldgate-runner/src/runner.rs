@@ -785,7 +785,21 @@ impl Runner {
             ),
         };
         let mut failure = failure;
-        let message = match self.scrub(&text, cut, end.map(|e| e.1)) {
+        // A branch ended from outside says why in its own record.
+        let reason = match end {
+            Some((_, reason)) => reason,
+            None => self.service.store().branch(tenant, branch.id).await?.and_then(|b| b.reason),
+        };
+        let why = cut.then(|| match (&failure, reason) {
+            (Some(_), _) => "by a model failure",
+            (None, Some(EndReason::DeadlineExceeded)) => "at its deadline",
+            (None, Some(EndReason::BudgetExhausted)) => "at its token budget",
+            (None, Some(EndReason::ReportedFailure)) => "because it was cancelled",
+            (None, Some(EndReason::SessionEnded)) => "because its session ended",
+            (None, Some(EndReason::ParentReturning)) => "because its parent returned",
+            (None, None) => "when its branch ended",
+        });
+        let message = match self.scrub(&text, why) {
             Ok(message) => message,
             Err(()) => {
                 failure = Some((
@@ -838,23 +852,12 @@ impl Runner {
 
     /// The finding as the caller gets it: scrubbed (fail closed), and
     /// marked when the run was cut.
-    fn scrub(
-        &self,
-        text: &str,
-        cut: bool,
-        reason: Option<Option<EndReason>>,
-    ) -> Result<String, ()> {
+    fn scrub(&self, text: &str, cut: Option<&str>) -> Result<String, ()> {
         let scrubbed = self.service.scrubber().scrub(text).map_err(|e| {
             tracing::error!(error = %e, "scrubbing a run's finding failed; it was withheld");
         })?;
         let mut message = scrubbed.text;
-        if cut {
-            let why = match reason.flatten() {
-                Some(EndReason::DeadlineExceeded) => "at its deadline",
-                Some(EndReason::BudgetExhausted) => "at its token budget",
-                Some(EndReason::ReportedFailure) => "by a model failure",
-                _ => "when its branch ended",
-            };
+        if let Some(why) = cut {
             if !message.is_empty() {
                 message.push('\n');
             }

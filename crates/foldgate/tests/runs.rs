@@ -471,6 +471,54 @@ async fn a_gateway_run_branch_is_the_gateways() {
     gw.stop().await;
 }
 
+/// Ending the session ends its gateway-run branch too: the run stops at
+/// once with what it had, marked.
+#[tokio::test]
+async fn a_session_end_stops_its_runs() {
+    let Env { gw, agent, model, _files } =
+        env(Backend::Postgres, Provider::Openai, true, |_| {}).await;
+    model.script(
+        "ended",
+        [
+            Reply::tool_call("c1", "files__echo", json!({"text": "x"}), 100, 10),
+            Reply::delayed(Duration::from_secs(30), Reply::text("never", 1, 1)),
+        ],
+    );
+    let token = gw.write_token("acme", "alice");
+    let args = json!({"session_id": "e", "description": "ended"});
+    let task = post_modern(
+        &gw.url,
+        &token,
+        "tools/call",
+        "branch_run",
+        tool_params("branch_run", args, true),
+    )
+    .await;
+    let id = task["result"]["taskId"].as_str().unwrap().to_owned();
+    for _ in 0..100 {
+        if model.requests().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let ended = ok(&call(&agent, "session_end", json!({"session_id": "e"})).await);
+    assert_eq!(ended["branches_ended"], 1);
+    let result = task_result(&gw.url, &token, &id).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_eq!(
+        (result["status"].as_str(), result["reason"].as_str()),
+        (Some("failed"), Some("session_ended"))
+    );
+    assert!(
+        result["message"].as_str().unwrap().contains("because its session ended"),
+        "{result:?}"
+    );
+    assert_eq!(result["model_usage"]["calls"], 1, "the call in flight was never booked");
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
 fn tool_params(tool: &str, arguments: Value, tasks: bool) -> Value {
     let capabilities = if tasks {
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
