@@ -471,6 +471,80 @@ async fn a_gateway_run_branch_is_the_gateways() {
     gw.stop().await;
 }
 
+/// A finding longer than its tier is asked for once more, shorter; an
+/// agent-run return over its tier is flagged.
+#[tokio::test]
+async fn findings_are_held_to_their_return_tier() {
+    let Env { gw, agent, model, _files } =
+        env(Backend::Sqlite, Provider::Anthropic, false, |_| {}).await;
+    let long = "The retry policy lives in three places. ".repeat(30);
+    model.script(
+        "tiered",
+        [
+            Reply::text(long.clone(), 200, 300),
+            Reply::text("Retries: config/http.rs, max 3.", 520, 9),
+        ],
+    );
+    let run = ok(&call(
+        &agent,
+        "branch_run",
+        json!({"session_id": "t", "description": "tiered", "return_tier": "micro"}),
+    )
+    .await);
+    assert_eq!(run["message"], "Retries: config/http.rs, max 3.");
+    assert_eq!(
+        (run["return_tier"].as_str(), run["tier_met"].as_bool()),
+        (Some("micro"), Some(true))
+    );
+    assert_eq!(run["steps"], 2);
+    let requests = model.requests();
+    let second = messages_text(&requests[1].body);
+    assert!(second.contains("at most 50 tokens") && second.contains("three places"), "{second}");
+    assert!(
+        messages_text(&requests[0].body).contains("at most 50 tokens"),
+        "the tier is asked for"
+    );
+
+    // A model that will not shorten it: the finding is returned, the tier
+    // is not met.
+    model.script(
+        "stubborn",
+        [Reply::text(long.clone(), 200, 300), Reply::text(long.clone(), 520, 300)],
+    );
+    let run = ok(&call(
+        &agent,
+        "branch_run",
+        json!({"session_id": "t", "description": "stubborn", "return_tier": "micro"}),
+    )
+    .await);
+    assert_eq!(
+        (run["status"].as_str(), run["tier_met"].as_bool()),
+        (Some("completed"), Some(false))
+    );
+    assert_eq!(model.requests().len(), 4, "asked to shorten once, not again");
+
+    // Agent-run: the tier is reported and an overlong return flagged.
+    let created = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "t2", "description": "mine", "return_tier": "micro"}),
+    )
+    .await);
+    assert_eq!(created["return_tier"], "micro");
+    let returned = ok(&call(
+        &agent,
+        "branch_return",
+        json!({"branch_id": created["branch_id"], "message": long}),
+    )
+    .await);
+    assert_eq!(
+        (returned["return_tier"].as_str(), returned["tier_exceeded"].as_bool()),
+        (Some("micro"), Some(true))
+    );
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
 /// Ending the session ends its gateway-run branch too: the run stops at
 /// once with what it had, marked.
 #[tokio::test]

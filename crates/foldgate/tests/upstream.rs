@@ -46,6 +46,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     ten_file_fold,
+    a_typed_result_is_charged_once_and_cut_into_an_error,
     overrun,
     concurrent_results_are_cut_at_the_budget_together,
     a_result_is_withheld_when_its_branch_ended_during_the_call,
@@ -153,6 +154,48 @@ async fn call_in(agent: &Client, branch: &str, tool: &str, args: Value) -> CallT
 }
 
 // ---------------------------------------------------------------------------
+
+/// A result with both `content` and `structuredContent` (the same text
+/// twice) is charged once, as its content; cut at the budget, it becomes an
+/// error result, since what is left cannot match the tool's output schema.
+async fn a_typed_result_is_charged_once_and_cut_into_an_error(backend: Backend) {
+    let files = Upstream::start("Bearer files-secret").await;
+    let gw = gateway_with(backend, vec![all_files_config(&files.url())]).await;
+    let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Legacy).await;
+    tools_until(&agent, |n| n.contains(&"files__read_typed".to_owned())).await;
+    let tokens = counter();
+    let created = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "typed", "description": "typed reads", "budget": 4000}),
+    )
+    .await);
+    let id = created["branch_id"].as_str().unwrap().to_owned();
+
+    let args = json!({"path": "src/lib.rs", "lines": 30});
+    let result = call_in(&agent, &id, "files__read_typed", args.clone()).await;
+    assert_ne!(result.is_error, Some(true));
+    assert!(result.structured_content.is_some(), "a whole result keeps its structured content");
+    let text = file_text("src/lib.rs", 30);
+    let report = metering(&result);
+    assert_eq!(report["tokens_out"], tokens.count(&text), "the text once, not twice");
+    assert_eq!(
+        report["budget_used"].as_u64().unwrap(),
+        created["budget_used"].as_u64().unwrap()
+            + tokens.count(&args.to_string())
+            + tokens.count(&text)
+    );
+
+    let big =
+        call_in(&agent, &id, "files__read_typed", json!({"path": "big.rs", "lines": 400})).await;
+    assert_eq!(big.is_error, Some(true), "a cut typed result is an error result: {big:?}");
+    assert!(big.structured_content.is_none());
+    let shown = text_of(&big);
+    assert!(shown.contains("[foldgate: result truncated at the branch's token budget"), "{shown}");
+    assert_eq!(metering(&big)["truncated"], true);
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
 
 #[tokio::test]
 async fn tools_are_namespaced_filtered_by_tenant_scope_and_allow_list() {

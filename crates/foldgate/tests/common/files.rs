@@ -92,7 +92,7 @@ impl ServerHandler for Files {
         });
         Ok(ListToolsResult::with_all_items(vec![
             Tool::new("read_file", "Read a file", schema(path.clone())),
-            Tool::new("read_held", "Read a file when the test says so", schema(path)),
+            Tool::new("read_held", "Read a file when the test says so", schema(path.clone())),
             Tool::new(
                 "echo",
                 "Echo text",
@@ -103,6 +103,15 @@ impl ServerHandler for Files {
             Tool::new("leak", "Print the deploy token", schema(json!({"type": "object"}))),
             Tool::new("fail", "Always fails", schema(json!({"type": "object"}))),
             Tool::new("admin_reset", "Not for agents", schema(json!({"type": "object"}))),
+            // As the Python SDK's servers shape a tool that returns a
+            // string: an output schema, and the text twice (as content and
+            // as `{"result": …}`).
+            Tool::new("read_typed", "Read a file, typed", schema(path.clone()))
+                .with_raw_output_schema(schema(json!({
+                    "type": "object",
+                    "properties": {"result": {"type": "string"}},
+                    "required": ["result"],
+                }))),
         ]))
     }
 
@@ -131,6 +140,13 @@ impl ServerHandler for Files {
             ))]),
             "fail" => CallToolResult::error(vec![ContentBlock::text("disk on fire")]),
             "admin_reset" => CallToolResult::success(vec![ContentBlock::text("reset everything")]),
+            "read_typed" => {
+                let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(12);
+                let text = file_text(&text("path"), lines as usize);
+                let mut result = CallToolResult::structured(json!({"result": text}));
+                result.content = vec![ContentBlock::text(text)];
+                result
+            }
             other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         };
         Ok(result.into())
