@@ -215,7 +215,7 @@ pub fn parse(
         FoldingTool::BranchCreate => Parsed::Create(args.create(config)?),
         FoldingTool::BranchRun => Parsed::Run(RunBranch {
             create: args.create(config)?,
-            model: args.optional_str("model")?.map(str::to_owned),
+            model: args.optional_name("model")?,
             tools: args.optional_names("tools")?,
         }),
         FoldingTool::BranchReturn => Parsed::Return(ReturnBranch {
@@ -296,6 +296,16 @@ impl<'a> Args<'a> {
             self.optional_str("parent_branch_id")?,
             self.optional_str("return_tier")?,
         )?)
+    }
+
+    /// A model's name: 1-64 characters.
+    fn optional_name(&self, field: &'static str) -> Result<Option<String>, ArgError> {
+        match self.optional_str(field)? {
+            Some(name) if !(1..=64).contains(&name.len()) => {
+                Err(ArgError::new(field, "must be 1-64 characters"))
+            }
+            other => Ok(other.map(str::to_owned)),
+        }
     }
 
     /// A list of tool names: at most [`MAX_TOOL_NAMES`], each 1-128

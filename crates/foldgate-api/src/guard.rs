@@ -189,6 +189,22 @@ pub(crate) fn check_message(
     let Some(method) = method.as_str() else {
         return Err(invalid(id, "`method` must be a string"));
     };
+    let who = parts.extensions.get::<Authenticated>();
+    // Tasks are gateway-run branches: reading one is reading a branch,
+    // cancelling it is ending one.
+    let task_scope = match method {
+        "tasks/get" | "tasks/update" => Some(FoldingTool::BranchStatus.scope()),
+        "tasks/cancel" => Some(FoldingTool::BranchRun.scope()),
+        _ => None,
+    };
+    if let (Some(scope), Some(who)) = (task_scope, who)
+        && !who.has_scope(scope)
+    {
+        return Err(Box::new(crate::auth::insufficient_scope_response(
+            scope,
+            &state.resource_metadata,
+        )));
+    }
     if method != "tools/call" {
         return Ok(());
     }
@@ -224,7 +240,6 @@ pub(crate) fn check_message(
             Some(json!({"field": field, "reason": reason})),
         ))
     };
-    let who = parts.extensions.get::<Authenticated>();
     let Some(tool) = FoldingTool::from_name(name) else {
         return check_upstream_call(state, who, name, params, arguments, parts, &bad_argument);
     };
@@ -236,7 +251,7 @@ pub(crate) fn check_message(
             &state.resource_metadata,
         )));
     }
-    args::parse(tool, arguments, &state.folding).map(|_| ()).map_err(|e| {
+    let parsed = args::parse(tool, arguments, &state.folding).map_err(|e| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -244,7 +259,17 @@ pub(crate) fn check_message(
             &e.to_string(),
             Some(json!({"field": e.field, "reason": e.reason})),
         ))
-    })
+    })?;
+    // The tools a run may use must be upstream tools the caller may call.
+    if let (args::Parsed::Run(run), Some(who)) = (&parsed, who) {
+        for name in run.tools.iter().flatten() {
+            if !matches!(state.upstreams.lookup(who, name), Lookup::Found(..)) {
+                let reason = format!("{name:?} is not an upstream tool this token may call");
+                return Err(bad_argument("tools", &reason));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks a call of an upstream tool: the tool exists for this principal,

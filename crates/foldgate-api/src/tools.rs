@@ -33,8 +33,8 @@ use foldgate_upstream::{Lookup, Upstreams, meter::UpstreamCall};
 /// What the server tells a model about folding when it connects.
 const INSTRUCTIONS: &str = "\
 This server folds context. To have a sub-task done without its work entering your context \
-(reading many files, searching, trying several fixes), call branch_run: the gateway runs it on \
-its own model with your upstream tools and returns only the finding. To do a sub-task yourself \
+(reading many files, searching, trying several fixes), call branch_run when it is offered: the \
+gateway runs it on its own model with your upstream tools and returns only the finding. To do a sub-task yourself \
 inside a budgeted branch, call branch_create, work with the tools, then branch_return with a \
 short summary; the gateway keeps the books, but only your client can drop the branch's turns \
 from your context. branch_status shows a branch or a session; session_end closes a session.";
@@ -187,10 +187,11 @@ impl FoldingTools {
             tokio::select! {
                 outcome = &mut wait => break outcome,
                 changed = steps_rx.changed(), if progress.is_some() => {
+                    let steps = *steps_rx.borrow_and_update();
                     if changed.is_ok()
+                        && steps > 0
                         && let Some(token) = &progress
                     {
-                        let steps = *steps_rx.borrow_and_update();
                         notify(&peer, token, steps, &format!("step {steps}")).await;
                     }
                 }
@@ -441,8 +442,17 @@ impl ServerHandler for FoldingTools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut tools: Vec<Tool> = FoldingTool::ALL.into_iter().map(tool).collect();
-        if let Some(who) = principal_of(&context) {
+        let who = principal_of(&context);
+        // `branch_run` is offered to tenants that have a model to run on.
+        let runs = who
+            .as_ref()
+            .is_some_and(|w| !self.runner.models().names_for(&w.principal.tenant).is_empty());
+        let mut tools: Vec<Tool> = FoldingTool::ALL
+            .into_iter()
+            .filter(|t| *t != FoldingTool::BranchRun || runs)
+            .map(tool)
+            .collect();
+        if let Some(who) = who {
             tools.extend(self.upstreams.tools_for(&who));
         }
         // What a principal may call differs by tenant and scope: never

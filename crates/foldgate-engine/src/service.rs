@@ -621,8 +621,9 @@ impl FoldingService {
     }
 
     /// Ends a gateway-run branch as its run ended: with its finding (already
-    /// scrubbed; charged, up to what remains, as any return message is),
-    /// after its active descendants. `None` if it had already ended.
+    /// scrubbed; `finish` says what of it is charged: nothing, for a run,
+    /// whose finding is already in the context its model counted), after
+    /// its active descendants. `None` if it had already ended.
     pub async fn end_run(
         &self,
         tenant: &TenantId,

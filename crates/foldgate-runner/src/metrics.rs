@@ -17,6 +17,24 @@ use crate::model::{AttemptObserver, FaultKind, ModelConfig};
 const MODEL_BUCKETS: [f64; 14] =
     [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
 
+/// Bucket boundaries for token counts, as the GenAI conventions recommend.
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1_024.0,
+    4_096.0,
+    16_384.0,
+    65_536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
 /// The runner's instruments. Cheap to clone.
 ///
 /// - `foldgate.run.runs{tenant, model, status}`: runs that ended, by the
@@ -24,10 +42,15 @@ const MODEL_BUCKETS: [f64; 14] =
 /// - `foldgate.run.active`: runs being worked on by this replica.
 /// - `foldgate.run.steps{model, kind}`: steps written (`model`, `tool`).
 /// - `gen_ai.client.operation.duration{gen_ai.provider.name,
-///   gen_ai.request.model, error.type}` (seconds): each attempt of a model
-///   call.
-/// - `gen_ai.client.token.usage{tenant, gen_ai.request.model,
-///   gen_ai.token.type}`: tokens the provider billed (`input`, `output`).
+///   gen_ai.request.model, model, error.type}` (seconds): each attempt of
+///   a model call.
+/// - `gen_ai.client.token.usage{tenant, gen_ai.provider.name,
+///   gen_ai.request.model, model, gen_ai.token.type}` (histogram): tokens
+///   the provider billed for each call (`input`, `output`); its sum is what
+///   a tenant was billed.
+///
+/// `gen_ai.request.model` is the provider's model id and `model` the
+/// `[[models]]` entry's name (what `branch_run` asks for).
 /// - `foldgate.model.errors{model, kind}`: failed attempts by kind
 ///   (`rate_limited`, `server_error`, `timeout`, `unreachable`,
 ///   `malformed_answer`, `refused`).
@@ -37,7 +60,7 @@ pub struct RunMetrics {
     active: UpDownCounter<i64>,
     steps: Counter<u64>,
     duration: Histogram<f64>,
-    tokens: Counter<u64>,
+    tokens: Histogram<u64>,
     errors: Counter<u64>,
 }
 
@@ -66,9 +89,12 @@ impl RunMetrics {
                 .with_boundaries(MODEL_BUCKETS.to_vec())
                 .build(),
             tokens: meter
-                .u64_counter("gen_ai.client.token.usage")
-                .with_description("Tokens model providers billed for gateway-run branches")
+                .u64_histogram("gen_ai.client.token.usage")
+                .with_description(
+                    "Tokens model providers billed for each call of a gateway-run branch",
+                )
                 .with_unit("{token}")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
                 .build(),
             errors: meter
                 .u64_counter("foldgate.model.errors")
@@ -102,27 +128,20 @@ impl RunMetrics {
         self.steps.add(1, &[KeyValue::new("model", model.to_owned()), KeyValue::new("kind", kind)]);
     }
 
-    pub(crate) fn billed(&self, tenant: &str, model: &str, input: u64, output: u64) {
+    pub(crate) fn billed(&self, tenant: &str, model: &ModelConfig, input: u64, output: u64) {
         for (kind, tokens) in [("input", input), ("output", output)] {
-            self.tokens.add(
-                tokens,
-                &[
-                    KeyValue::new("tenant", tenant.to_owned()),
-                    KeyValue::new("gen_ai.request.model", model.to_owned()),
-                    KeyValue::new("gen_ai.token.type", kind),
-                ],
-            );
+            let mut attributes = model_attributes(model);
+            attributes.push(KeyValue::new("tenant", tenant.to_owned()));
+            attributes.push(KeyValue::new("gen_ai.token.type", kind));
+            self.tokens.record(tokens, &attributes);
         }
     }
 }
 
 impl AttemptObserver for RunMetrics {
     fn attempt(&self, model: &ModelConfig, duration: Duration, fault: Option<FaultKind>) {
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.provider.name", model.provider.as_str()),
-            KeyValue::new("gen_ai.request.model", model.name.clone()),
-            KeyValue::new("gen_ai.operation.name", "chat"),
-        ];
+        let mut attributes = model_attributes(model);
+        attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
         if let Some(kind) = fault {
             attributes.push(KeyValue::new("error.type", kind.as_str()));
             self.errors.add(
@@ -132,6 +151,15 @@ impl AttemptObserver for RunMetrics {
         }
         self.duration.record(duration.as_secs_f64(), &attributes);
     }
+}
+
+/// Which model: the provider, its model id, and the `[[models]]` name.
+fn model_attributes(model: &ModelConfig) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("gen_ai.provider.name", model.provider.as_str()),
+        KeyValue::new("gen_ai.request.model", model.model.clone()),
+        KeyValue::new("model", model.name.clone()),
+    ]
 }
 
 #[cfg(test)]
@@ -180,6 +208,15 @@ mod tests {
                                 found.push((attrs(&mut p.attributes()), p.value() as f64));
                             }
                         }
+                        AggregatedMetrics::U64(MetricData::Histogram(h)) => {
+                            for p in h.data_points() {
+                                #[expect(
+                                    clippy::cast_precision_loss,
+                                    reason = "small test counts"
+                                )]
+                                found.push((attrs(&mut p.attributes()), p.sum() as f64));
+                            }
+                        }
                         AggregatedMetrics::F64(MetricData::Histogram(h)) => {
                             for p in h.data_points() {
                                 #[expect(
@@ -218,7 +255,8 @@ mod tests {
         metrics.working(1);
         metrics.attempt(&model, Duration::from_millis(20), Some(FaultKind::RateLimited));
         metrics.attempt(&model, Duration::from_millis(30), None);
-        metrics.billed("acme", "default", 1_200, 80);
+        metrics.billed("acme", &model, 1_000, 50);
+        metrics.billed("acme", &model, 200, 30);
         metrics.step("default", "model");
         metrics.step("default", "tool");
         metrics.ended("acme", "default", "completed");
@@ -227,7 +265,8 @@ mod tests {
 
         let call = [
             ("gen_ai.provider.name", "anthropic"),
-            ("gen_ai.request.model", "default"),
+            ("gen_ai.request.model", "m"),
+            ("model", "default"),
             ("gen_ai.operation.name", "chat"),
         ];
         let mut failed = attrs(&call);
@@ -241,7 +280,9 @@ mod tests {
         );
         let tokens = |kind| {
             attrs(&[
-                ("gen_ai.request.model", "default"),
+                ("gen_ai.provider.name", "anthropic"),
+                ("gen_ai.request.model", "m"),
+                ("model", "default"),
                 ("gen_ai.token.type", kind),
                 ("tenant", "acme"),
             ])

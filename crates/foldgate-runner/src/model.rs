@@ -131,11 +131,11 @@ impl ModelConfig {
         if self.model.is_empty() {
             return Err("model must not be empty".into());
         }
-        if self.max_output_tokens == 0 {
-            return Err("max_output_tokens must be at least 1".into());
+        if !(1..=1_000_000).contains(&self.max_output_tokens) {
+            return Err("max_output_tokens must be between 1 and 1000000".into());
         }
-        if self.timeout_seconds == 0 {
-            return Err("timeout_seconds must be at least 1".into());
+        if !(1..=3_600).contains(&self.timeout_seconds) {
+            return Err("timeout_seconds must be between 1 and 3600".into());
         }
         Ok(())
     }
@@ -488,10 +488,13 @@ fn classify(e: &genai::Error) -> Fault {
                     detail: "timed out".into(),
                     retry_after: None,
                 },
-                webc::Error::Reqwest(r) => Fault {
-                    kind: r.status().map_or(FaultKind::Unreachable, |_| FaultKind::ServerError),
-                    detail: format!("the provider could not be reached: {}", without_url(r)),
-                    retry_after: None,
+                webc::Error::Reqwest(r) => match r.status() {
+                    Some(s) => status(s, &without_url(r), None),
+                    None => Fault {
+                        kind: FaultKind::Unreachable,
+                        detail: format!("the provider could not be reached: {}", without_url(r)),
+                        retry_after: None,
+                    },
                 },
                 other => malformed(&format!("the provider's answer is unreadable: {other}")),
             }
@@ -652,6 +655,7 @@ mod tests {
             (ModelConfig { model: String::new(), ..good.clone() }, "model"),
             (ModelConfig { max_output_tokens: 0, ..good.clone() }, "max_output_tokens"),
             (ModelConfig { timeout_seconds: 0, ..good.clone() }, "timeout_seconds"),
+            (ModelConfig { timeout_seconds: 3_601, ..good.clone() }, "timeout_seconds"),
         ] {
             let err = bad.validate().unwrap_err();
             assert!(err.contains(why), "{why}: {err}");

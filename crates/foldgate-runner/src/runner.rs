@@ -604,7 +604,7 @@ impl Runner {
             self.metrics.step(&model.config.name, "model");
             self.metrics.billed(
                 tenant.as_str(),
-                &model.config.name,
+                &model.config,
                 completion.input_tokens,
                 completion.output_tokens,
             );
@@ -650,27 +650,34 @@ impl Runner {
     ) -> Result<bool, Stop> {
         let principal = Principal::new(branch.tenant.clone(), branch.owner.clone());
         let target = CallTarget::Branch(Box::new(branch.clone()));
-        let made = futures::future::join_all(calls.iter().enumerate().map(|(i, call)| {
-            let span = tracing::info_span!("run.step", kind = "tool", tool = %call.name);
-            let (principal, target) = (&principal, &target);
-            async move {
-                let started = Instant::now();
-                let (content, error, exhausted) = if i >= MAX_CALLS_PER_ANSWER {
-                    (
-                        format!("error: at most {MAX_CALLS_PER_ANSWER} tool calls per answer"),
-                        true,
-                        false,
-                    )
-                } else {
-                    self.call_tool(principal, target, tools, call).await
-                };
-                (content, error, exhausted, started.elapsed())
-            }
-            .instrument(span)
-        }))
-        .await;
+        // Each call's step is written as soon as it is answered, so that a
+        // replica dying meanwhile repeats only the calls still in flight.
+        let mut made: futures::stream::FuturesUnordered<_> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let span = tracing::info_span!("run.step", kind = "tool", tool = %call.name);
+                let (principal, target) = (&principal, &target);
+                async move {
+                    let started = Instant::now();
+                    let (content, error, exhausted) = if i >= MAX_CALLS_PER_ANSWER {
+                        (
+                            format!("error: at most {MAX_CALLS_PER_ANSWER} tool calls per answer"),
+                            true,
+                            false,
+                        )
+                    } else {
+                        self.call_tool(principal, target, tools, call).await
+                    };
+                    (call, content, error, exhausted, started.elapsed())
+                }
+                .instrument(span)
+            })
+            .collect();
         let mut exhausted = false;
-        for (call, (content, error, ran_out, duration)) in calls.into_iter().zip(made) {
+        while let Some((call, content, error, ran_out, duration)) =
+            futures::StreamExt::next(&mut made).await
+        {
             exhausted |= ran_out;
             let body =
                 ToolBody { call_id: call.id.clone(), name: call.name.clone(), content, error };

@@ -318,9 +318,11 @@ pub(crate) async fn create<T: Tx>(
     Ok(Ok(row.try_into()?))
 }
 
-/// Finds and locks the session's active branch. Between finding it and
-/// locking it, it may end or gain a child (another create got there first);
-/// then look again.
+/// Finds and locks the session's active branch (the most recent active
+/// agent-run branch with no active agent-run child: a gateway-run child runs
+/// beside its parent's agent, which goes on working in the parent). Between
+/// finding it and locking it, it may end or gain a child (another create
+/// got there first); then look again.
 async fn lock_active_branch<T: Tx>(
     tx: &mut T,
     tenant: &TenantId,
@@ -332,7 +334,7 @@ async fn lock_active_branch<T: Tx>(
         };
         if let Some(row) = tx.lock_branch(tenant, id).await?
             && row.status == BranchStatus::Active.as_str()
-            && row.reserved == 0
+            && tx.active_branch_id(tenant, session).await? == Some(id)
         {
             return Ok(Some(row));
         }

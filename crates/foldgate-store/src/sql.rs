@@ -154,7 +154,8 @@ macro_rules! sql_backend {
             ) -> Result<Option<Uuid>, StoreError> {
                 Ok(sqlx::query_scalar(
                     "SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
-                     AND status = 'active' AND reserved = 0 AND kind = 'agent' ORDER BY created_at DESC, id DESC LIMIT 1",
+                     AND status = 'active' AND kind = 'agent' AND NOT EXISTS (SELECT 1 FROM branches c \
+                     WHERE c.parent_id = branches.id AND c.status = 'active' AND c.kind = 'agent') ORDER BY created_at DESC, id DESC LIMIT 1",
                 )
                 .bind(tenant.as_str())
                 .bind(session.as_str())
@@ -708,7 +709,8 @@ macro_rules! sql_backend {
                     "SELECT ",
                     branch_columns!(),
                     " FROM branches WHERE tenant_id = $1 AND session_id = $2 \
-                      AND status = 'active' AND reserved = 0 AND kind = 'agent' ORDER BY created_at DESC, id DESC LIMIT 1"
+                      AND status = 'active' AND kind = 'agent' AND NOT EXISTS (SELECT 1 FROM branches c \
+                     WHERE c.parent_id = branches.id AND c.status = 'active' AND c.kind = 'agent') ORDER BY created_at DESC, id DESC LIMIT 1"
                 ))
                 .bind(tenant.as_str())
                 .bind(session.as_str())
