@@ -593,6 +593,80 @@ async fn a_session_end_stops_its_runs() {
     gw.stop().await;
 }
 
+/// Bad run arguments are a 400 naming the field, tasks need the scopes of
+/// the branches they are, and `branch_run` is offered only where a model
+/// serves the tenant.
+#[tokio::test]
+async fn runs_are_checked_at_the_edge() {
+    let Env { gw, agent, model: _model, _files } =
+        env(Backend::Sqlite, Provider::Openai, false, |_| {}).await;
+    let http = reqwest::Client::new();
+    let post = |token: String, method: &'static str, name: &'static str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        http.post(&gw.url)
+            .bearer_auth(token)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method)
+            .header("Mcp-Name", name)
+            .body(body.to_string())
+            .send()
+    };
+    let writer = gw.write_token("acme", "alice");
+    for (args, field) in [
+        (json!({"session_id": "s", "description": "d", "tools": ["files__admin_reset"]}), "tools"),
+        (json!({"session_id": "s", "description": "d", "tools": ["nope__x"]}), "tools"),
+        (json!({"session_id": "s", "description": "d", "model": "m".repeat(65)}), "model"),
+        (json!({"session_id": "s", "description": "d", "return_tier": "big"}), "return_tier"),
+    ] {
+        let reply = post(
+            writer.clone(),
+            "tools/call",
+            "branch_run",
+            tool_params("branch_run", args.clone(), false),
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.status(), 400, "{args}");
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["error"]["data"]["field"], field, "{body}");
+    }
+    let reader = gw.token("acme", "alice", &["fold:read"]);
+    let task_id = "br_01234567-89ab-7cde-8f01-23456789abcd";
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let cancel =
+        post(reader.clone(), "tasks/cancel", task_id, json!({"taskId": task_id, "_meta": meta}))
+            .await
+            .unwrap();
+    assert_eq!(cancel.status(), 403);
+    assert!(cancel.headers()["www-authenticate"].to_str().unwrap().contains("fold:write"));
+    let nothing = gw.token("acme", "alice", &[]);
+    let get = post(nothing, "tasks/get", task_id, json!({"taskId": task_id, "_meta": meta}))
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 403);
+    let unknown = post(reader, "tasks/get", task_id, json!({"taskId": task_id, "_meta": meta}))
+        .await
+        .unwrap();
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32602, "an unknown task: {body}");
+
+    // A tenant with no model is not offered branch_run.
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.iter().map(|t| t.name.to_string()).collect()
+    };
+    assert!(names(agent.list_all_tools().await.unwrap()).contains(&"branch_run".to_owned()));
+    let other = client(&gw.url, &gw.write_token("globex", "carol"), Era::Legacy).await;
+    assert!(!names(other.list_all_tools().await.unwrap()).contains(&"branch_run".to_owned()));
+    other.cancel().await.unwrap();
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
 fn tool_params(tool: &str, arguments: Value, tasks: bool) -> Value {
     let capabilities = if tasks {
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
