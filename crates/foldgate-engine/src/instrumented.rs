@@ -315,9 +315,14 @@ impl Store for InstrumentedStore {
         id: BranchId,
         owner: &str,
         outcome: &str,
+        returned_tokens: Tokens,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.timed("finish_run", self.inner.finish_run(tenant, id, owner, outcome, at)).await
+        self.timed(
+            "finish_run",
+            self.inner.finish_run(tenant, id, owner, outcome, returned_tokens, at),
+        )
+        .await
     }
 
     async fn claim_lapsed_runs(

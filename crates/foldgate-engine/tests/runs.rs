@@ -126,12 +126,14 @@ async fn steps_are_written_once_in_order_by_the_lease_holder(backend: Backend) {
     assert!(store.model_usage(&principal("globex", "x").tenant).await.unwrap().is_empty());
 
     // Only the holder finishes it, once.
-    assert!(!store.finish_run(tenant, branch.id, "b", "{}", now).await.unwrap());
-    assert!(store.finish_run(tenant, branch.id, "a", "{\"done\": true}", now).await.unwrap());
-    assert!(!store.finish_run(tenant, branch.id, "a", "{}", now).await.unwrap());
+    assert!(!store.finish_run(tenant, branch.id, "b", "{}", 0, now).await.unwrap());
+    assert!(store.finish_run(tenant, branch.id, "a", "{\"done\": true}", 7, now).await.unwrap());
+    assert!(!store.finish_run(tenant, branch.id, "a", "{}", 0, now).await.unwrap());
     let done = store.run(tenant, branch.id).await.unwrap().unwrap();
     assert_eq!(done.state, RunState::Done);
     assert_eq!(done.outcome.as_deref(), Some("{\"done\": true}"));
+    let returned = store.branch(tenant, branch.id).await.unwrap().unwrap().returned_tokens;
+    assert_eq!(returned, Some(7), "what the caller got of a run is recorded as returned");
     let late = step(3, StepKind::Model, (1, 1), now);
     assert_eq!(
         store.record_step(tenant, branch.id, "a", &late).await.unwrap(),
@@ -220,7 +222,7 @@ async fn lapsed_runs_are_taken_over_once(backend: Backend) {
         .await
         .unwrap()
         .branch;
-    assert!(store.finish_run(&env.alice.tenant, done.id, "a", "{}", now).await.unwrap());
+    assert!(store.finish_run(&env.alice.tenant, done.id, "a", "{}", 0, now).await.unwrap());
 
     assert!(
         store.claim_lapsed_runs("b", now, later, 10).await.unwrap().is_empty(),

@@ -508,13 +508,16 @@ pub trait Store: Send + Sync + Debug {
     ) -> Result<bool, StoreError>;
 
     /// Marks a run done with the result its caller gets (JSON), if `owner`
-    /// holds its lease. `false` otherwise.
+    /// holds its lease, and records the tokens of its message as returned by
+    /// the branch unless its end recorded them already (a branch ended from
+    /// outside returned nothing itself). `false` if `owner` does not hold it.
     async fn finish_run(
         &self,
         tenant: &TenantId,
         id: BranchId,
         owner: &str,
         outcome: &str,
+        returned_tokens: Tokens,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 

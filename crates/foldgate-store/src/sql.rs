@@ -1162,21 +1162,43 @@ macro_rules! sql_backend {
                 id: BranchId,
                 owner: &str,
                 outcome: &str,
+                returned_tokens: Tokens,
                 at: DateTime<Utc>,
             ) -> Result<bool, StoreError> {
-                let done = sqlx::query(
-                    "UPDATE branch_runs SET state = 'done', outcome = $4, lease_owner = NULL, \
-                     lease_until = NULL, updated_at = $5 \
-                     WHERE tenant_id = $1 AND branch_id = $2 AND lease_owner = $3 AND state = 'running'",
-                )
-                .bind(tenant.as_str())
-                .bind(id.as_uuid())
-                .bind(owner)
-                .bind(outcome)
-                .bind(Ts(at))
-                .execute(&self.pool)
-                .await?;
-                Ok(done.rows_affected() == 1)
+                self.in_tx(|done| *done, |mut tx| async move {
+                    let result = async {
+                        let done = sqlx::query(
+                            "UPDATE branch_runs SET state = 'done', outcome = $4, lease_owner = NULL, \
+                             lease_until = NULL, updated_at = $5 \
+                             WHERE tenant_id = $1 AND branch_id = $2 AND lease_owner = $3 AND state = 'running'",
+                        )
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .bind(owner)
+                        .bind(outcome)
+                        .bind(Ts(at))
+                        .execute(&mut *tx.0)
+                        .await?;
+                        if done.rows_affected() != 1 {
+                            return Ok(false);
+                        }
+                        // A branch ended from outside kept no return: what
+                        // the caller gets of the run is what was returned.
+                        sqlx::query(
+                            "UPDATE branches SET returned_tokens = $3 \
+                             WHERE tenant_id = $1 AND id = $2 AND returned_tokens IS NULL",
+                        )
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .bind(db_tokens(returned_tokens))
+                        .execute(&mut *tx.0)
+                        .await?;
+                        Ok(true)
+                    }
+                    .await;
+                    (tx, result)
+                })
+                .await
             }
 
             async fn claim_lapsed_runs(

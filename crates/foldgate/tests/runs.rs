@@ -589,6 +589,11 @@ async fn a_session_end_stops_its_runs() {
         "{result:?}"
     );
     assert_eq!(result["model_usage"]["calls"], 1, "the call in flight was never booked");
+    let session = ok(&call(&agent, "branch_status", json!({"session_id": "e"})).await);
+    assert_eq!(
+        session["session_tokens_returned"], result["tokens_returned"],
+        "what the caller got of the cut run counts as returned"
+    );
     agent.cancel().await.unwrap();
     gw.stop().await;
 }
