@@ -167,6 +167,9 @@ const MCP_METHODS: &[&str] = &[
     "roots/list",
     "sampling/createMessage",
     "server/discover",
+    "tasks/cancel",
+    "tasks/get",
+    "tasks/update",
     "tools/call",
     "tools/list",
 ];
@@ -402,6 +405,7 @@ mod tests {
         assert_eq!(known_protocol_version("2026-07-28"), Some("2026-07-28"));
         assert_eq!(known_protocol_version("2026-07-28\n"), None);
         assert_eq!(known_mcp_method("tools/list"), "tools/list");
+        assert_eq!(known_mcp_method("tasks/get"), "tasks/get");
         assert_eq!(known_mcp_method("tools/list/../x"), OTHER);
         assert_eq!(known_http_method(&http::Method::from_bytes(b"BREW").unwrap()), OTHER);
         assert_eq!(known_http_method(&http::Method::POST), "POST");

@@ -641,6 +641,12 @@ impl FoldingService {
         }
     }
 
+    /// Counts secrets redacted from a finding the gateway returns (a run's,
+    /// scrubbed by the runner), by the rule that found them.
+    pub fn redacted(&self, by_rule: &[(String, u64)]) {
+        self.metrics.redacted(by_rule);
+    }
+
     /// Tokens the session's depth-1 branches handed back to the caller's own
     /// context: what folding added to it. Another principal's session looks
     /// exactly like one that does not exist: nothing was returned.

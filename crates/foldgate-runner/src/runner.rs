@@ -866,6 +866,7 @@ impl Runner {
         let scrubbed = self.service.scrubber().scrub(text).map_err(|e| {
             tracing::error!(error = %e, "scrubbing a run's finding failed; it was withheld");
         })?;
+        self.service.redacted(&scrubbed.by_rule);
         let mut message = scrubbed.text;
         if let Some(why) = cut {
             if !message.is_empty() {
