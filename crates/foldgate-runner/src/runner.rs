@@ -797,7 +797,7 @@ impl Runner {
             Some((_, reason)) => reason,
             None => self.service.store().branch(tenant, branch.id).await?.and_then(|b| b.reason),
         };
-        let why = cut.then(|| match (&failure, reason) {
+        let why = cut.then_some(match (&failure, reason) {
             (Some(_), _) => "by a model failure",
             (None, Some(EndReason::DeadlineExceeded)) => "at its deadline",
             (None, Some(EndReason::BudgetExhausted)) => "at its token budget",

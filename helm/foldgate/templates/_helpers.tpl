@@ -222,7 +222,27 @@ The configuration file: .Values.config with what the chart decides merged in.
 {{- $_ = set $scrub "rules_file" "/etc/foldgate/scrub-rules.toml" }}
 {{- $_ = set $config "scrub" $scrub }}
 {{- end }}
+{{- if $config.models }}
+{{- $models := list }}
+{{- range $config.models }}
+{{- $model := omit . "apiKeySecret" }}
+{{- if .apiKeySecret }}
+{{- $_ = set $model "api_key" (printf "${%s}" (include "foldgate.modelKeyVariable" .name)) }}
+{{- end }}
+{{- $models = append $models $model }}
+{{- end }}
+{{- $_ = set $config "models" $models }}
+{{- end }}
 {{- toJson $config }}
+{{- end }}
+
+{{/*
+Models: the environment variable that carries a model's key from its
+apiKeySecret (the configuration file refers to it as ${…}). Not FOLDGATE_…:
+the gateway reads those as settings.
+*/}}
+{{- define "foldgate.modelKeyVariable" -}}
+{{- printf "MODEL_%s_API_KEY" (regexReplaceAll "[^A-Za-z0-9]" . "_" | upper) }}
 {{- end }}
 
 {{/*
@@ -323,6 +343,16 @@ Cross-field rules the schema cannot state clearly.
 {{- end }}
 {{- if eq (int .Values.containerPorts.mcp) (int .Values.containerPorts.ops) }}
 {{- fail "containerPorts.mcp and containerPorts.ops must differ" }}
+{{- end }}
+{{- $keyVariables := dict }}
+{{- range $model := (.Values.config.models | default list) }}
+{{- if $model.apiKeySecret }}
+{{- $variable := include "foldgate.modelKeyVariable" $model.name }}
+{{- if hasKey $keyVariables $variable }}
+{{- fail (printf "config.models %q and %q would both take their key from the variable %s: rename one" (get $keyVariables $variable) $model.name $variable) }}
+{{- end }}
+{{- $_ := set $keyVariables $variable $model.name }}
+{{- end }}
 {{- end }}
 {{- $_ := include "foldgate.keySource" . }}
 {{- end }}
