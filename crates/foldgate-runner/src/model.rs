@@ -131,6 +131,9 @@ impl ModelConfig {
         if self.model.is_empty() {
             return Err("model must not be empty".into());
         }
+        if self.tenants.as_ref().is_some_and(Vec::is_empty) {
+            return Err("tenants is empty: omit it to serve every tenant".into());
+        }
         if !(1..=1_000_000).contains(&self.max_output_tokens) {
             return Err("max_output_tokens must be between 1 and 1000000".into());
         }
@@ -653,6 +656,7 @@ mod tests {
             (ModelConfig { base_url: "ftp://x".into(), ..good.clone() }, "base_url"),
             (ModelConfig { base_url: "not a url".into(), ..good.clone() }, "base_url"),
             (ModelConfig { model: String::new(), ..good.clone() }, "model"),
+            (ModelConfig { tenants: Some(Vec::new()), ..good.clone() }, "tenants"),
             (ModelConfig { max_output_tokens: 0, ..good.clone() }, "max_output_tokens"),
             (ModelConfig { timeout_seconds: 0, ..good.clone() }, "timeout_seconds"),
             (ModelConfig { timeout_seconds: 3_601, ..good.clone() }, "timeout_seconds"),
