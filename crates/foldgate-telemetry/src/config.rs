@@ -36,7 +36,7 @@ impl LogFormat {
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// How log lines are written (`auto`, `text` or `json`). Which lines is
-    /// decided by `RUST_LOG` (default `info,rmcp=warn`).
+    /// decided by `RUST_LOG` (default `info,rmcp=warn,genai=error`).
     pub log_format: LogFormat,
     /// How often the gauges read from the database (active branches per
     /// tenant) are refreshed, in milliseconds. Scrapes and pushes in between

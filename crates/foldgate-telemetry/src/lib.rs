@@ -1,7 +1,7 @@
 //! foldgate's telemetry: logs, traces and metrics.
 //!
 //! - **Logs**: a `tracing` subscriber writing to standard error, filtered by
-//!   `RUST_LOG` (default `info,rmcp=warn`), human-readable on a terminal and JSON
+//!   `RUST_LOG` (default `info,rmcp=warn,genai=error`), human-readable on a terminal and JSON
 //!   otherwise ([`LogFormat`]).
 //! - **Traces**: `tracing` spans become OpenTelemetry spans exported over
 //!   OTLP (gRPC or HTTP/protobuf) when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the

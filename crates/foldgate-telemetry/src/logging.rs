@@ -21,7 +21,7 @@ use crate::{LogFormat, Telemetry, TelemetryError};
 /// What is logged when `RUST_LOG` is not set: `info`, except rmcp's
 /// per-request lines (three for every stateless request), which only
 /// `RUST_LOG=rmcp=info` shows.
-pub const DEFAULT_FILTER: &str = "info,rmcp=warn";
+pub const DEFAULT_FILTER: &str = "info,rmcp=warn,genai=error";
 
 /// The subscriber: logs filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]) in
 /// `format`, plus `telemetry`'s trace layer when it exports spans (at level
