@@ -16,6 +16,7 @@ use crate::{
     load::{self, Auth, Balance, Mode, Stop, Target, Workload},
     process::{self, GatewaySpawn, Spawned},
     report::{self, RunReport},
+    runs::{self, ConcurrentSpec, ModelApi, RunTarget, RunsReport, SequentialSpec},
     slow::{self, SlowKind, SlowSpec},
     verify::{self, VerifyOptions},
 };
@@ -42,6 +43,10 @@ enum Command {
     /// Open connections that stall or abandon their requests, and sample
     /// what they cost the server.
     SlowClients(SlowArgs),
+    /// Gateway-run branches (`branch_run`) against a scripted model server
+    /// and the echo server as upstream: the gateway's overhead per step
+    /// (runs one at a time), then many runs in flight at once.
+    Runs(Box<RunsArgs>),
     /// Serve the baseline: a bare rmcp server with one `echo` tool
     /// (Streamable HTTP, stateless, JSON responses). Prints its URL.
     EchoServer {
@@ -209,6 +214,58 @@ struct DeadlineArgs {
 }
 
 #[derive(Debug, Args)]
+struct RunsArgs {
+    /// The gateway: --spawn-gateway is required (the bench writes its
+    /// `[[models]]` and `[[upstreams]]`); without --database-url, a SQLite
+    /// file in a temporary directory.
+    #[command(flatten)]
+    gateway: GatewayArgs,
+    /// Runs made one at a time, to measure the overhead per step (0: none).
+    #[arg(long, default_value_t = 200)]
+    runs: usize,
+    /// Runs made before those, not counted.
+    #[arg(long, default_value_t = 5)]
+    warmup_runs: usize,
+    /// Tool calls per run made one at a time; each makes a model step and a
+    /// tool step, and a final model step ends the run.
+    #[arg(long, default_value_t = 5)]
+    tool_calls: usize,
+    /// Runs in flight at once, one level after the other: e.g.
+    /// `50,200,1000`. None: no such level.
+    #[arg(long, value_delimiter = ',')]
+    concurrent: Vec<usize>,
+    /// Tool calls per run of the concurrent levels.
+    #[arg(long, default_value_t = 2)]
+    concurrent_tool_calls: usize,
+    /// How long each model answer takes in the concurrent levels.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    model_delay: Duration,
+    /// Pause between two `branch_status` calls made while the concurrent
+    /// runs work.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    status_interval: Duration,
+    /// The provider API the gateway speaks to the model server.
+    #[arg(long, value_enum, default_value_t = ModelApi::Openai)]
+    provider: ModelApi,
+    /// Ask the model server for streamed answers.
+    #[arg(long)]
+    stream: bool,
+    /// `timeout_seconds` of every run.
+    #[arg(long, default_value_t = 120)]
+    run_timeout: u32,
+    /// The started gateway's `database.max_connections` (default: the
+    /// gateway's own, 10).
+    #[arg(long)]
+    max_connections: Option<u32>,
+    /// Prefix of tenants and sessions (default: random).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// Write the report here (JSON).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 struct VerifyArgs {
     /// The gateway's database (Postgres).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -318,6 +375,7 @@ async fn run_cli(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deadlines(args) => run_deadlines(*args).await,
         Command::Verify(args) => run_verify(args).await,
         Command::SlowClients(args) => run_slow(args).await,
+        Command::Runs(args) => run_runs(*args).await,
         Command::EchoServer { listen } => {
             let server = echo::EchoServer::start(&listen).await?;
             println!("{}{}", crate::ECHO_ANNOUNCEMENT, server.url());
@@ -356,6 +414,7 @@ async fn gateway(args: &GatewayArgs, extra_toml: String) -> anyhow::Result<Optio
             config: args.gateway_config.clone(),
             extra_toml,
             log: args.gateway_log.clone(),
+            ops_listen: None,
         })
         .await?;
         eprintln!("started the gateway (pid {}) at {}", spawned.pid, spawned.url);
@@ -596,6 +655,108 @@ async fn run_slow(args: SlowArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&outcome)?)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
+    let machine_before = report::Machine::now();
+    let binary = args
+        .gateway
+        .spawn_gateway
+        .clone()
+        .context("runs needs --spawn-gateway: the bench configures the gateway's model")?;
+    if args.gateway.gateway_config.is_some() {
+        bail!("runs writes the gateway's configuration itself; --gateway-config is not taken");
+    }
+    let backends = runs::Backends::start().await?;
+    let dir = tempfile::tempdir()?;
+    let database_url = match &args.gateway.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}", dir.path().join("foldgate.db").display()),
+    };
+    let postgres = database_url.starts_with("postgres");
+    let ops_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let secret = args.gateway.jwt_secret.clone().unwrap_or_else(random_secret);
+    let spawned = process::spawn_gateway(&GatewaySpawn {
+        binary,
+        database_url: database_url.clone(),
+        jwt_secret: secret.clone(),
+        config: None,
+        extra_toml: match args.max_connections {
+            Some(n) => format!(
+                "[database]\nmax_connections = {n}\n\n{}",
+                backends.gateway_toml(args.provider, args.stream)
+            ),
+            None => backends.gateway_toml(args.provider, args.stream),
+        },
+        log: args.gateway.gateway_log.clone(),
+        ops_listen: Some(format!("127.0.0.1:{ops_port}")),
+    })
+    .await?;
+    eprintln!("started the gateway (pid {}) at {}", spawned.pid, spawned.url);
+    let target = RunTarget {
+        url: spawned.url.clone(),
+        ops_url: Some(format!("http://127.0.0.1:{ops_port}")),
+        pid: spawned.pid,
+        auth: Auth {
+            secret,
+            audience: args.gateway.audience.clone(),
+            tenants: args.gateway.tenants,
+        },
+        run_id: args.run_id.clone().unwrap_or_else(random_id),
+        run_timeout: args.run_timeout,
+        postgres_url: postgres.then(|| database_url.clone()),
+    };
+    runs::wait_for_upstream(&target).await?;
+
+    let sequential = if args.runs > 0 {
+        eprintln!("{} runs one at a time, {} tool calls each", args.runs, args.tool_calls);
+        let spec = SequentialSpec {
+            runs: args.runs,
+            warmup: args.warmup_runs,
+            tool_calls: args.tool_calls,
+        };
+        Some(runs::sequential(&target, &backends, spec).await?)
+    } else {
+        None
+    };
+    let mut concurrent = Vec::new();
+    for &n in args.concurrent.iter().filter(|n| **n > 0) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        eprintln!("{n} runs at once");
+        let spec = ConcurrentSpec {
+            runs: n,
+            tool_calls: args.concurrent_tool_calls,
+            model_delay: args.model_delay,
+            status_interval: args.status_interval,
+        };
+        let level = runs::concurrent(&target, &backends, spec).await?;
+        let all_done = level.completed == n;
+        concurrent.push(level);
+        if !all_done {
+            eprintln!("not every run completed at {n}: no higher level");
+            break;
+        }
+    }
+    let report = RunsReport {
+        machine_before,
+        machine_after: report::Machine::now(),
+        run_id: target.run_id.clone(),
+        model_api: args.provider,
+        stream: args.stream,
+        database: if postgres { "postgres" } else { "sqlite" }.to_owned(),
+        tenants: args.gateway.tenants,
+        max_connections: args.max_connections,
+        sequential,
+        concurrent,
+    };
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    spawned.kill().await?;
+    backends.stop().await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -99,14 +99,16 @@ pub struct McpClient {
 impl McpClient {
     /// A client for `url`; nothing is sent until the first call.
     pub fn new(url: &str, token: Option<&str>, options: &ClientOptions) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .http1_only()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(2)
-            .timeout(options.request_timeout)
-            .connect_timeout(options.connect_timeout)
-            .build()?;
+        Self::with_http(http_client(options, 2)?, url, token)
+    }
+
+    /// A client for `url` that sends through `http`, which many clients may
+    /// share (see [`http_client`]); nothing is sent until the first call.
+    pub fn with_http(
+        http: reqwest::Client,
+        url: &str,
+        token: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
@@ -184,6 +186,24 @@ impl McpClient {
         })
     }
 
+    /// The names of the tools the server lists (first page).
+    pub async fn list_tool_names(&mut self) -> Result<Vec<String>, CallError> {
+        if !self.initialized {
+            self.initialize().await?;
+        }
+        let (result, _) = self.request("tools/list", json!({})).await?;
+        Ok(result
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Sends one JSON-RPC request and returns its `result`.
     async fn request(
         &mut self,
@@ -229,6 +249,19 @@ impl McpClient {
             other => Err(CallError::Protocol(format!("not a JSON-RPC response: {other}"))),
         }
     }
+}
+
+/// The HTTP client of [`McpClient`]: HTTP/1.1, keep-alive, no proxy,
+/// keeping up to `max_idle` idle connections per host.
+pub fn http_client(options: &ClientOptions, max_idle: usize) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(max_idle)
+        .timeout(options.request_timeout)
+        .connect_timeout(options.connect_timeout)
+        .build()?)
 }
 
 fn transport(e: reqwest::Error) -> CallError {

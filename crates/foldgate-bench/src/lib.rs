@@ -5,8 +5,9 @@
 //! ([`client`]) with their own JWTs, against a gateway and, in the same
 //! run, against a bare rmcp echo server ([`echo`]) that serves as the
 //! baseline. [`deadlines`] measures the supervisor at scale, [`verify`]
-//! checks a run's branches in the database, and [`slow`] measures what
-//! stalled and abandoned connections cost the server.
+//! checks a run's branches in the database, [`slow`] measures what
+//! stalled and abandoned connections cost the server, and [`runs`]
+//! measures gateway-run branches against a scripted model provider.
 
 pub mod cli;
 pub mod client;
@@ -15,6 +16,7 @@ pub mod echo;
 pub mod load;
 pub mod process;
 pub mod report;
+pub mod runs;
 pub mod slow;
 pub mod stats;
 pub mod verify;

@@ -285,6 +285,9 @@ pub struct GatewaySpawn {
     pub extra_toml: String,
     /// Where the gateway's logs (standard error) go.
     pub log: Option<PathBuf>,
+    /// The operations listener (`/metrics`); default: any free loopback
+    /// port.
+    pub ops_listen: Option<String>,
 }
 
 /// The configuration the bench gives a gateway it starts: limits high
@@ -315,7 +318,9 @@ pub async fn spawn_gateway(spec: &GatewaySpawn) -> anyhow::Result<Spawned> {
     let mut command = Command::new(&spec.binary);
     command
         .arg("serve")
-        .args(["--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--migrate"])
+        .args(["--listen", "127.0.0.1:0", "--ops-listen"])
+        .arg(spec.ops_listen.as_deref().unwrap_or("127.0.0.1:0"))
+        .arg("--migrate")
         .arg("--database-url")
         .arg(&spec.database_url)
         .arg("--config")

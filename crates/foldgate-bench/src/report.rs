@@ -39,7 +39,7 @@ impl Machine {
         }
     }
 
-    fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let [a, b, c] = self.load_average;
         format!("{} CPUs, load average {a:.2} {b:.2} {c:.2}", self.cpus)
     }
