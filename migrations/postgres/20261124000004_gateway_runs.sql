@@ -44,6 +44,11 @@ CREATE TABLE branch_runs (
     updated_at    TIMESTAMPTZ NOT NULL
 );
 
+-- What a tenant was billed, per model: summed over its runs when asked
+-- (rarely), rather than kept in a row per tenant and model that every model
+-- call of the tenant would have to lock.
+CREATE INDEX branch_runs_by_tenant ON branch_runs (tenant_id, model);
+
 -- Runs whose lease may lapse, for the reconciler that takes them over.
 CREATE INDEX branch_runs_running ON branch_runs (lease_until) WHERE state = 'running';
 
@@ -66,15 +71,4 @@ CREATE TABLE run_steps (
     repeated      BOOLEAN     NOT NULL DEFAULT FALSE,
     at            TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (branch_id, seq)
-);
-
--- What each tenant was billed per model, summed over every run's calls.
-CREATE TABLE tenant_model_usage (
-    tenant_id     TEXT        NOT NULL,
-    model         TEXT        NOT NULL,
-    calls         BIGINT      NOT NULL DEFAULT 0 CHECK (calls >= 0),
-    input_tokens  BIGINT      NOT NULL DEFAULT 0 CHECK (input_tokens >= 0),
-    output_tokens BIGINT      NOT NULL DEFAULT 0 CHECK (output_tokens >= 0),
-    updated_at    TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (tenant_id, model)
 );

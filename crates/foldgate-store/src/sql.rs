@@ -1044,8 +1044,8 @@ macro_rules! sql_backend {
                 // Nothing is written unless the step is the holder's next.
                 self.in_tx(|w| matches!(w, StepWritten::Written(_)), |mut tx| async move {
                     let result = async {
-                        let held: Option<(i32, Option<String>, String, String)> = sqlx::query_as(concat!(
-                            "SELECT steps, lease_owner, state, model FROM branch_runs \
+                        let held: Option<(i32, Option<String>, String)> = sqlx::query_as(concat!(
+                            "SELECT steps, lease_owner, state FROM branch_runs \
                              WHERE tenant_id = $1 AND branch_id = $2",
                             $lock
                         ))
@@ -1053,7 +1053,7 @@ macro_rules! sql_backend {
                         .bind(id.as_uuid())
                         .fetch_optional(&mut *tx.0)
                         .await?;
-                        let Some((steps, lease_owner, state, model)) = held else {
+                        let Some((steps, lease_owner, state)) = held else {
                             return Ok(StepWritten::NotOwner);
                         };
                         let next = u32::try_from(steps).ok() == Some(step.seq);
@@ -1094,21 +1094,6 @@ macro_rules! sql_backend {
                         if !model_step {
                             return Ok(StepWritten::Written(None));
                         }
-                        sqlx::query(
-                            "INSERT INTO tenant_model_usage (tenant_id, model, calls, input_tokens, \
-                             output_tokens, updated_at) VALUES ($1, $2, 1, $3, $4, $5) \
-                             ON CONFLICT (tenant_id, model) DO UPDATE SET \
-                             calls = tenant_model_usage.calls + 1, \
-                             input_tokens = tenant_model_usage.input_tokens + $3, \
-                             output_tokens = tenant_model_usage.output_tokens + $4, updated_at = $5",
-                        )
-                        .bind(tenant.as_str())
-                        .bind(&model)
-                        .bind(db_tokens(step.input_tokens))
-                        .bind(db_tokens(step.output_tokens))
-                        .bind(Ts(step.at))
-                        .execute(&mut *tx.0)
-                        .await?;
                         let Some(context) = step.context_tokens else {
                             return Ok(StepWritten::Written(None));
                         };
@@ -1236,8 +1221,9 @@ macro_rules! sql_backend {
                 tenant: &TenantId,
             ) -> Result<Vec<(String, ModelUsage)>, StoreError> {
                 let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-                    "SELECT model, calls, input_tokens, output_tokens FROM tenant_model_usage \
-                     WHERE tenant_id = $1 ORDER BY model",
+                    "SELECT model, CAST(SUM(model_calls) AS BIGINT), CAST(SUM(input_tokens) AS BIGINT), \
+                     CAST(SUM(output_tokens) AS BIGINT) FROM branch_runs WHERE tenant_id = $1 \
+                     GROUP BY model ORDER BY model",
                 )
                 .bind(tenant.as_str())
                 .fetch_all(&self.pool)
