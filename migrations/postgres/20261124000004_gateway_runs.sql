@@ -49,6 +49,9 @@ CREATE TABLE branch_runs (
 -- call of the tenant would have to lock.
 CREATE INDEX branch_runs_by_tenant ON branch_runs (tenant_id, model);
 
+-- The runs a replica holds, whose branches it checks are still active.
+CREATE INDEX branch_runs_by_owner ON branch_runs (lease_owner) WHERE state = 'running';
+
 -- Runs whose lease may lapse, for the reconciler that takes them over.
 CREATE INDEX branch_runs_running ON branch_runs (lease_until) WHERE state = 'running';
 

@@ -336,6 +336,10 @@ impl Store for InstrumentedStore {
             .await
     }
 
+    async fn ended_runs(&self, owner: &str) -> Result<Vec<BranchId>, StoreError> {
+        self.timed("ended_runs", self.inner.ended_runs(owner)).await
+    }
+
     async fn model_usage(
         &self,
         tenant: &TenantId,

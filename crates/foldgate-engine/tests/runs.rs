@@ -248,6 +248,16 @@ async fn lapsed_runs_are_taken_over_once(backend: Backend) {
     );
     assert!(!store.renew_run_lease(&env.alice.tenant, lapsing.id, "a", later).await.unwrap());
     assert!(store.renew_run_lease(&env.alice.tenant, live.id, "a", later).await.unwrap());
+
+    // A branch ended from outside is found among its holder's runs.
+    assert!(store.ended_runs("a").await.unwrap().is_empty(), "every branch is active");
+    env.service
+        .force_return(&env.alice.tenant, live.id, foldgate_domain::EndReason::SessionEnded)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.ended_runs("a").await.unwrap(), [live.id]);
+    assert!(store.ended_runs("b").await.unwrap().is_empty(), "not b's run");
     env.db.cleanup().await;
 }
 

@@ -86,11 +86,14 @@ impl RunnerConfig {
 /// An answer shorter than this is not worth a model call: at that point the
 /// budget is spent.
 const MIN_ANSWER_TOKENS: Tokens = 16;
-/// How often a run checks that its branch is still active (a session end or
-/// a parent's return ends it from outside).
+/// How often a replica checks that the branches of its runs are still
+/// active (a session end or a parent's return ends one from outside).
 const BRANCH_CHECK: Duration = Duration::from_millis(500);
 /// How often a caller waiting for a run on another replica reads its state.
 const WAIT_POLL: Duration = Duration::from_millis(250);
+/// How often a caller waiting for a run worked on in this process reads its
+/// state all the same (the run tells it of each step and of its end).
+const LOCAL_RECHECK: Duration = Duration::from_secs(5);
 /// The most tool calls one model answer may ask for; more are answered with
 /// an error.
 const MAX_CALLS_PER_ANSWER: usize = 16;
@@ -134,11 +137,21 @@ pub struct Runner {
     metrics: RunMetrics,
     /// This replica, as the holder of leases.
     owner: String,
-    /// Steps written by runs in this process, for callers waiting here.
-    progress: Mutex<HashMap<BranchId, watch::Sender<u32>>>,
+    /// The runs this process works on: their steps, for callers waiting
+    /// here, and the signal that their branch was ended from outside.
+    local: Mutex<HashMap<BranchId, Local>>,
     /// The runs this process works on, waited for at shutdown.
     tasks: TaskTracker,
     shutdown: CancellationToken,
+}
+
+/// A run this process works on.
+#[derive(Debug)]
+struct Local {
+    /// Steps written so far.
+    steps: watch::Sender<u32>,
+    /// Cancelled when its branch was found ended from outside.
+    ended: CancellationToken,
 }
 
 /// Why a run stopped.
@@ -208,7 +221,7 @@ impl Runner {
             config,
             metrics,
             owner: format!("replica-{}", uuid::Uuid::new_v4().simple()),
-            progress: Mutex::new(HashMap::new()),
+            local: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             shutdown,
         })
@@ -279,24 +292,35 @@ impl Runner {
     ) -> Result<RunOutcome, FoldError> {
         let mut local = self.subscribe(id);
         let mut seen = None;
+        let mut report = |steps: u32| {
+            if seen != Some(steps) {
+                seen = Some(steps);
+                on_step(steps);
+            }
+        };
         loop {
             match self.outcome_or_steps(who, id).await? {
                 Ok(outcome) => return Ok(outcome),
-                Err(steps) => {
-                    if seen != Some(steps) {
-                        seen = Some(steps);
-                        on_step(steps);
-                    }
-                }
+                Err(steps) => report(steps),
             }
-            match &mut local {
-                Some(rx) => {
-                    tokio::select! {
-                        changed = rx.changed() => if changed.is_err() { local = None },
-                        () = tokio::time::sleep(WAIT_POLL * 4) => {}
+            let Some(rx) = &mut local else {
+                // Worked on by another replica: its steps are in the store.
+                tokio::time::sleep(WAIT_POLL).await;
+                continue;
+            };
+            // Worked on here: follow it without reading the store, until it
+            // stops (done, or given up to another replica).
+            loop {
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            local = None;
+                            break;
+                        }
+                        report(*rx.borrow_and_update());
                     }
+                    () = tokio::time::sleep(LOCAL_RECHECK) => break,
                 }
-                None => tokio::time::sleep(WAIT_POLL).await,
             }
         }
     }
@@ -337,9 +361,12 @@ impl Runner {
         }
     }
 
+    fn locals(&self) -> std::sync::MutexGuard<'_, HashMap<BranchId, Local>> {
+        self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn subscribe(&self, id: BranchId) -> Option<watch::Receiver<u32>> {
-        let map = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(&id).map(watch::Sender::subscribe)
+        self.locals().get(&id).map(|l| l.steps.subscribe())
     }
 
     fn lease_end(&self) -> DateTime<Utc> {
@@ -348,40 +375,36 @@ impl Runner {
     }
 
     fn spawn(self: &Arc<Self>, tenant: TenantId, id: BranchId, resumed: bool) {
+        let ended = CancellationToken::new();
         {
-            let mut map = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut map = self.locals();
             if map.contains_key(&id) {
                 // Already worked on here (its lease lapsed while a renewal
                 // failed, and this replica took it over again).
                 return;
             }
-            map.insert(id, watch::channel(0).0);
+            map.insert(id, Local { steps: watch::channel(0).0, ended: ended.clone() });
         }
         let runner = Arc::clone(self);
         let span = tracing::info_span!("run", tenant = %tenant, branch.id = %id, resumed);
         self.tasks.spawn(
             async move {
                 runner.metrics.working(1);
-                if let Err(e) = runner.execute(&tenant, id, resumed).await {
+                if let Err(e) = runner.execute(&tenant, id, resumed, &ended).await {
                     // The lease lapses and the run is taken over again.
                     tracing::error!(tenant = %tenant, branch_id = %id, error = %e,
                         "a run failed; it will be taken over when its lease lapses");
                 }
                 runner.metrics.working(-1);
-                runner
-                    .progress
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(&id);
+                runner.locals().remove(&id);
             }
             .instrument(span),
         );
     }
 
     fn notify(&self, id: BranchId, steps: u32) {
-        let map = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(tx) = map.get(&id) {
-            tx.send_replace(steps);
+        if let Some(local) = self.locals().get(&id) {
+            local.steps.send_replace(steps);
         }
     }
 
@@ -389,9 +412,35 @@ impl Runner {
     /// shutdown: at once, then every `poll_interval`. At shutdown, waits
     /// until every run of this process has given its lease up.
     pub async fn supervise(self: Arc<Self>) {
-        self.take_over().await;
+        tokio::join!(self.take_over(), self.watch_ends());
         self.tasks.close();
         self.tasks.wait().await;
+    }
+
+    /// Tells the runs of this process whose branch was ended from outside
+    /// (a session end, an ancestor's return, the supervisor, a cancelled
+    /// task) to stop: one query for all of them, every [`BRANCH_CHECK`].
+    async fn watch_ends(self: &Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                () = tokio::time::sleep(BRANCH_CHECK) => {}
+            }
+            if self.locals().is_empty() {
+                continue;
+            }
+            match self.service.store().ended_runs(&self.owner).await {
+                Ok(ended) => {
+                    let map = self.locals();
+                    for id in ended {
+                        if let Some(local) = map.get(&id) {
+                            local.ended.cancel();
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "looking for runs whose branch ended failed"),
+            }
+        }
     }
 
     async fn take_over(self: &Arc<Self>) {
@@ -426,6 +475,7 @@ impl Runner {
         tenant: &TenantId,
         id: BranchId,
         resumed: bool,
+        ended: &CancellationToken,
     ) -> Result<(), FoldError> {
         let store = Arc::clone(self.service.store());
         let Some(run) = store.run(tenant, id).await? else { return Ok(()) };
@@ -454,7 +504,7 @@ impl Runner {
                 tokio::select! {
                     stop = drive => stop,
                     () = tokio::time::sleep_until(deadline) => Stop::Deadline,
-                    () = self.ended_outside(tenant, id) => Stop::Ended,
+                    () = ended.cancelled() => Stop::Ended,
                     () = lost.cancelled() => Stop::LeaseLost,
                     () = self.shutdown.cancelled() => Stop::LeaseLost,
                 }
@@ -493,18 +543,6 @@ impl Runner {
                 Err(e) => {
                     tracing::warn!(%tenant, branch_id = %id, error = %e, "renewing a run's lease failed")
                 }
-            }
-        }
-    }
-
-    /// Resolves when the branch is no longer active.
-    async fn ended_outside(&self, tenant: &TenantId, id: BranchId) {
-        loop {
-            tokio::time::sleep(BRANCH_CHECK).await;
-            if let Ok(branch) = self.service.store().branch(tenant, id).await
-                && branch.is_none_or(|b| b.status != BranchStatus::Active)
-            {
-                return;
             }
         }
     }

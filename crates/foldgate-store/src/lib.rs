@@ -533,6 +533,10 @@ pub trait Store: Send + Sync + Debug {
         limit: u32,
     ) -> Result<Vec<(TenantId, BranchId)>, StoreError>;
 
+    /// The runs `owner` holds whose branch is no longer active (ended from
+    /// outside while the run worked), across tenants.
+    async fn ended_runs(&self, owner: &str) -> Result<Vec<BranchId>, StoreError>;
+
     /// What a tenant was billed per model over every run, by model name.
     async fn model_usage(&self, tenant: &TenantId)
     -> Result<Vec<(String, ModelUsage)>, StoreError>;

@@ -1216,6 +1216,17 @@ macro_rules! sql_backend {
                     .collect()
             }
 
+            async fn ended_runs(&self, owner: &str) -> Result<Vec<BranchId>, StoreError> {
+                let ids: Vec<Uuid> = sqlx::query_scalar(
+                    "SELECT r.branch_id FROM branch_runs r JOIN branches b ON b.id = r.branch_id \
+                     WHERE r.lease_owner = $1 AND r.state = 'running' AND b.status <> 'active'",
+                )
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(ids.into_iter().map(BranchId::from_uuid).collect())
+            }
+
             async fn model_usage(
                 &self,
                 tenant: &TenantId,
