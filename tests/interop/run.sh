@@ -14,6 +14,10 @@
 #      over the same gateway and upstream opens nested branches, calls the upstream inside them
 #      (metered to them) and folds them out of its own message history, including branches
 #      foldgate force-returned at their budget.
+#   6. gateway-run branches, the seed's scenario P1: the Python SDK client calls branch_run to
+#      find the flush handler in a FastMCP repository of ten files; foldgate runs it on a scripted
+#      model (foldgate-model-server, OpenAI wire format, streaming) with the repository's tools,
+#      and the client receives the finding alone: under 500 tokens, counted on the client.
 # Installs what it needs (a virtualenv under target/interop/venv, `npm ci` in tests/interop).
 # Prints `N passed, N failed` last and exits non-zero on any failure.
 set -euo pipefail
@@ -125,6 +129,14 @@ else
   FOLDGATE="$ROOT/target/debug/foldgate"
 fi
 [ -x "$FOLDGATE" ] || { echo "no foldgate binary at $FOLDGATE"; exit 1; }
+if [ -n "${FOLDGATE_MODEL_SERVER_BIN:-}" ]; then
+  MODEL_SERVER=$FOLDGATE_MODEL_SERVER_BIN
+else
+  log "cargo build -p foldgate-testkit --bin foldgate-model-server"
+  cargo build -p foldgate-testkit --bin foldgate-model-server
+  MODEL_SERVER="$ROOT/target/debug/foldgate-model-server"
+fi
+[ -x "$MODEL_SERVER" ] || { echo "no model server binary at $MODEL_SERVER"; exit 1; }
 
 log "Python SDK (virtualenv in target/interop/venv)"
 mkdir -p "$WORK"
@@ -285,11 +297,91 @@ else
   fail "fold helper: the federation gateway is not running"
 fi
 
+# --- 6. branch_run: the gateway runs the P1 sub-task on a scripted model -------------------
+log "branch_run: the gateway explores ten files on a scripted model; the agent gets the finding"
+read -r REPO_PORT RUN_PORT RUN_OPS_PORT < <(free_ports 3)
+RUN_DIR=$(mktemp -d)
+TMPDIRS+=("$RUN_DIR")
+mkdir -p "$RUN_DIR/model"
+MODEL_SCRIPT="$INTEROP/flush_handler_model.json"
+MODEL_RECORD="$RUN_DIR/model/requests.jsonl"
+"$VENV/bin/python" "$INTEROP/repo_upstream.py" --port "$REPO_PORT" >"$RUN_DIR/upstream.log" 2>&1 &
+PIDS+=($!)
+"$MODEL_SERVER" --script "$MODEL_SCRIPT" --record "$MODEL_RECORD" \
+  >"$RUN_DIR/model/stdout" 2>"$RUN_DIR/model/stderr" &
+PIDS+=($!)
+MODEL_PID=$!
+MODEL_URL=""
+for ((i = 0; i < 150; i++)); do
+  MODEL_URL=$(sed -n 's/^model server at \(http[^ ]*\)$/\1/p' "$RUN_DIR/model/stdout" 2>/dev/null | head -n 1)
+  if [ -n "$MODEL_URL" ] || ! kill -0 "$MODEL_PID" 2>/dev/null; then
+    break
+  fi
+  sleep 0.2
+done
+# tiktoken's o200k_base table, from the tiktoken-rs crate the gateway counts with (tiktoken's
+# own download host is not reachable here; the client checks the table's published hash).
+HOST_TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
+O200K_BPE=$(cargo metadata --format-version 1 --offline --filter-platform "$HOST_TRIPLE" 2>/dev/null | python3 -c '
+import json, os, sys
+for package in json.load(sys.stdin)["packages"]:
+    if package["name"] == "tiktoken-rs":
+        print(os.path.join(os.path.dirname(package["manifest_path"]), "assets", "o200k_base.tiktoken"))
+        break
+') || O200K_BPE=""
+LLM_KEY="sk-operator-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+RUN_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+cat >"$RUN_DIR/foldgate.toml" <<TOML
+[[upstreams]]
+name = "repo"
+url = "http://127.0.0.1:$REPO_PORT/mcp"
+tenants = ["runs"]
+refresh_seconds = 1
+
+[[models]]
+name = "scripted"
+provider = "openai"
+base_url = "$MODEL_URL"
+model = "gpt-interop"
+api_key = "\${LLM_API_KEY}"
+tenants = ["runs"]
+stream = true
+timeout_seconds = 30
+TOML
+if [ -z "$MODEL_URL" ]; then
+  fail "branch_run: the model server did not start"
+  cat "$RUN_DIR/model/stdout" "$RUN_DIR/model/stderr" || true
+elif [ ! -f "$O200K_BPE" ]; then
+  fail "branch_run: no o200k_base table found in the tiktoken-rs crate ('$O200K_BPE')"
+else
+  (cd "$RUN_DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$RUN_SECRET" LLM_API_KEY="$LLM_KEY" \
+    "$FOLDGATE" serve --config "$RUN_DIR/foldgate.toml" \
+    --listen "127.0.0.1:$RUN_PORT" --ops-listen "127.0.0.1:$RUN_OPS_PORT" \
+    >"$RUN_DIR/stdout" 2>"$RUN_DIR/stderr") &
+  PIDS+=($!)
+  RUN_PID=$!
+  if wait_for_line "$RUN_DIR" "$RUN_PID" '^foldgate is serving MCP at ' 60; then
+    RUN_TOKEN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$RUN_SECRET" FOLDGATE_LISTEN="127.0.0.1:$RUN_PORT" \
+      "$FOLDGATE" token --tenant runs --sub p1-agent --ttl 30m) || RUN_TOKEN=""
+    if [ -n "$RUN_TOKEN" ] && (cd "$INTEROP" && timeout 240 "$VENV/bin/python" branch_run_client.py \
+      --url "http://127.0.0.1:$RUN_PORT/mcp" --token "$RUN_TOKEN" --script "$MODEL_SCRIPT" \
+      --record "$MODEL_RECORD" --api-key "$LLM_KEY" --bpe "$O200K_BPE" | tee "$RUN_DIR/client.log"); then
+      FOLD_TOKENS=$(sed -n 's/^fold: the client received [0-9]* bytes, \([0-9]*\) tokens.*/\1/p' "$RUN_DIR/client.log")
+      pass "branch_run: P1 folded to its finding, ${FOLD_TOKENS:-?} tokens received by the client for the fold (o200k_base)"
+    else
+      fail "branch_run: P1 through the gateway on a scripted model"
+      tail -n 20 "$RUN_DIR/upstream.log" "$RUN_DIR/model/stderr" || true
+    fi
+  else
+    fail "foldgate serve with a model and an upstream did not start"
+  fi
+fi
+
 # --- summary --------------------------------------------------------------------------------
 if [ "$FAILED" -gt 0 ]; then
   log "failures"
   printf '  %s\n' "${FAILURES[@]}"
-  for dir in "$README_DIR" "$CONF_DIR" "$FED_DIR"; do
+  for dir in "$README_DIR" "$CONF_DIR" "$FED_DIR" "$RUN_DIR"; do
     echo "--- foldgate's warnings and errors in $dir"
     grep -E '"level":"(WARN|ERROR)"' "$dir/stderr" 2>/dev/null | tail -n 20 || true
   done

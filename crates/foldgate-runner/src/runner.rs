@@ -690,64 +690,73 @@ impl Runner {
         let target = CallTarget::Branch(Box::new(branch.clone()));
         // Each call's step is written as soon as it is answered, so that a
         // replica dying meanwhile repeats only the calls still in flight.
-        let mut made: futures::stream::FuturesUnordered<_> = calls
-            .iter()
-            .enumerate()
-            .map(|(i, call)| {
-                let span = tracing::info_span!("run.step", kind = "tool", tool = %call.name);
-                let (principal, target) = (&principal, &target);
-                async move {
-                    let started = Instant::now();
-                    let (content, error, exhausted) = if i >= MAX_CALLS_PER_ANSWER {
-                        (
-                            format!("error: at most {MAX_CALLS_PER_ANSWER} tool calls per answer"),
-                            true,
-                            false,
-                        )
-                    } else {
-                        self.call_tool(principal, target, tools, call).await
-                    };
-                    (call, content, error, exhausted, started.elapsed())
+        // The calls and the writes run side by side: a call left unpolled
+        // while a step is written could be holding the database (its charge
+        // in a transaction) that the write waits for.
+        let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
+        let calling = futures::future::join_all(calls.iter().enumerate().map(|(i, call)| {
+            let span = tracing::info_span!("run.step", kind = "tool", tool = %call.name);
+            let (principal, target, answered) = (&principal, &target, answered.clone());
+            async move {
+                let started = Instant::now();
+                let (content, error, exhausted) = if i >= MAX_CALLS_PER_ANSWER {
+                    (
+                        format!("error: at most {MAX_CALLS_PER_ANSWER} tool calls per answer"),
+                        true,
+                        false,
+                    )
+                } else {
+                    self.call_tool(principal, target, tools, call).await
+                };
+                // The writer is gone only if it failed: the run stops anyway.
+                let _ = answered.send((call, content, error, exhausted, started.elapsed()));
+            }
+            .instrument(span)
+        }));
+        drop(answered);
+        let writing = async {
+            let mut exhausted = false;
+            let mut failed = None;
+            while let Some((call, content, error, ran_out, duration)) = answers.recv().await {
+                if failed.is_some() {
+                    continue;
                 }
-                .instrument(span)
-            })
-            .collect();
-        let mut exhausted = false;
-        while let Some((call, content, error, ran_out, duration)) =
-            futures::StreamExt::next(&mut made).await
-        {
-            exhausted |= ran_out;
-            let body =
-                ToolBody { call_id: call.id.clone(), name: call.name.clone(), content, error };
-            let step = NewStep {
-                seq: talk.seq,
-                kind: StepKind::Tool,
-                body: serde_json::to_string(&body).unwrap_or_default(),
-                input_tokens: 0,
-                output_tokens: 0,
-                context_tokens: None,
-                duration,
-                repeated,
-                at: self.service.clock().now(),
-            };
-            match self
-                .service
-                .store()
-                .record_step(&branch.tenant, branch.id, &self.owner, &step)
-                .await
-            {
-                Ok(StepWritten::Written(_)) => {}
-                Ok(StepWritten::NotOwner) => return Err(Stop::LeaseLost),
-                Err(e) => {
-                    tracing::warn!(error = %e, "writing a tool step failed");
-                    return Err(Stop::LeaseLost);
+                exhausted |= ran_out;
+                let body =
+                    ToolBody { call_id: call.id.clone(), name: call.name.clone(), content, error };
+                let step = NewStep {
+                    seq: talk.seq,
+                    kind: StepKind::Tool,
+                    body: serde_json::to_string(&body).unwrap_or_default(),
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    context_tokens: None,
+                    duration,
+                    repeated,
+                    at: self.service.clock().now(),
+                };
+                match self
+                    .service
+                    .store()
+                    .record_step(&branch.tenant, branch.id, &self.owner, &step)
+                    .await
+                {
+                    Ok(StepWritten::Written(_)) => {
+                        self.metrics.step(&run.model, "tool");
+                        talk.answer(body);
+                        self.notify(branch.id, talk.seq);
+                    }
+                    Ok(StepWritten::NotOwner) => failed = Some(Stop::LeaseLost),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "writing a tool step failed");
+                        failed = Some(Stop::LeaseLost);
+                    }
                 }
             }
-            self.metrics.step(&run.model, "tool");
-            talk.answer(body);
-            self.notify(branch.id, talk.seq);
-        }
-        Ok(exhausted)
+            failed.map_or(Ok(exhausted), Err)
+        };
+        let (_, written) = tokio::join!(calling, writing);
+        written
     }
 
     /// One tool call: what the model gets back, whether it is an error, and

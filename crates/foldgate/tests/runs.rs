@@ -228,6 +228,47 @@ async fn a_run_folds_into_its_finding(backend: Backend, provider: Provider, stre
     gw.stop().await;
 }
 
+/// Twelve tool calls in one answer are made at once, each step written as
+/// its call is answered, while the other calls are charged.
+async fn many_calls_in_one_answer(backend: Backend) {
+    let Env { gw, agent, model, _files } = env(backend, Provider::Openai, false, |_| {}).await;
+    let calls: Vec<ToolCall> = (0..12)
+        .map(|i| {
+            ToolCall::new(
+                format!("c{i}"),
+                "files__read_file",
+                json!({"path": format!("src/m{i}.rs")}),
+            )
+        })
+        .collect();
+    model.script(
+        "twelve",
+        [Reply::tool_calls(calls, 300, 200), Reply::text("read them all", 5_000, 5)],
+    );
+    let run = ok(&call(
+        &agent,
+        "branch_run",
+        json!({"session_id": "twelve", "description": "read twelve files", "budget": 16000}),
+    )
+    .await);
+    assert_eq!(run["status"], "completed", "{run:?}");
+    assert_eq!(run["steps"], 14, "a model call, twelve tool calls, a model call");
+    let status = ok(&call(&agent, "branch_status", json!({"branch_id": run["branch_id"]})).await);
+    assert_eq!(status["calls"]["count"], 12);
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn many_calls_in_one_answer_sqlite() {
+    many_calls_in_one_answer(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn many_calls_in_one_answer_postgres() {
+    many_calls_in_one_answer(Backend::Postgres).await;
+}
+
 /// A tool result that would overrun the budget is cut at it and the run
 /// stops there: `timeout`, `budget_exhausted`, never past the budget.
 #[tokio::test]
