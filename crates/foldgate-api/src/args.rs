@@ -18,7 +18,7 @@ pub struct ArgError {
 }
 
 impl ArgError {
-    fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self { field: field.into(), reason: reason.into() }
     }
 }
@@ -203,6 +203,19 @@ pub enum Parsed {
     End(SessionId),
 }
 
+impl Parsed {
+    /// The tool these are the arguments of.
+    pub fn tool(&self) -> FoldingTool {
+        match self {
+            Self::Create(_) => FoldingTool::BranchCreate,
+            Self::Run(_) => FoldingTool::BranchRun,
+            Self::Return(_) => FoldingTool::BranchReturn,
+            Self::Status(_) => FoldingTool::BranchStatus,
+            Self::End(_) => FoldingTool::SessionEnd,
+        }
+    }
+}
+
 /// Reads a tool's arguments. `None` is treated as `{}`.
 pub fn parse(
     tool: FoldingTool,
@@ -364,13 +377,18 @@ impl<'a> Args<'a> {
 
 /// The JSON schema of a tool's arguments.
 pub fn input_schema(tool: FoldingTool) -> Map<String, Value> {
-    let schema = match tool {
+    schema_object(match tool {
         FoldingTool::BranchCreate => schemars::schema_for!(BranchCreateArgs),
         FoldingTool::BranchReturn => schemars::schema_for!(BranchReturnArgs),
         FoldingTool::BranchRun => schemars::schema_for!(BranchRunArgs),
         FoldingTool::BranchStatus => schemars::schema_for!(BranchStatusArgs),
         FoldingTool::SessionEnd => schemars::schema_for!(SessionEndArgs),
-    };
+    })
+}
+
+/// A generated schema as a tool carries it: without the generator's title,
+/// description and `$schema`, and an object at the root as MCP requires.
+pub(crate) fn schema_object(schema: schemars::Schema) -> Map<String, Value> {
     let mut map = match schema.to_value() {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -378,6 +396,7 @@ pub fn input_schema(tool: FoldingTool) -> Map<String, Value> {
     map.remove("$schema");
     map.remove("title");
     map.remove("description");
+    map.insert("type".to_owned(), Value::from("object"));
     map
 }
 

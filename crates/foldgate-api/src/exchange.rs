@@ -1,10 +1,13 @@
 //! The one layer in front of rmcp for every message posted to `/mcp`. It
 //! reads the request once and the answer once, and in between:
 //!
-//! 1. parses the JSON-RPC message and starts its operation — span and
+//! 1. parses the JSON-RPC message and reads what it asks for
+//!    ([`call`](crate::call)), then starts its operation — span and
 //!    duration metric ([`observe`](crate::observe));
 //! 2. checks it ([`guard`](crate::guard)): a bad message or bad arguments are
-//!    a 400 that names the field, a missing scope a 403;
+//!    a 400 that names the field, a missing scope a 403; a tool call it lets
+//!    through goes on in the request's extensions, parsed
+//!    ([`Checked`](crate::call::Checked));
 //! 3. while the database is known to be out of reach ([`Outage`]), answers
 //!    503 at once;
 //! 4. hands it to rmcp;
@@ -30,9 +33,12 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use crate::{
+    auth::Authenticated,
+    call::Read,
     error::{Outage, RATE_LIMITED, UNAVAILABLE},
     guard::{self, GuardState, jsonrpc_error},
-    observe::{Answer, Incoming, ObserveState, Operation, ResponseHead},
+    metrics::McpMetrics,
+    observe::{Answer, Incoming, Operation, ResponseHead},
 };
 
 /// How rmcp's refusal of a message it cannot deserialize starts (HTTP 415,
@@ -43,7 +49,7 @@ const RMCP_UNREADABLE: &[u8] = b"fail to deserialize request body ";
 #[derive(Debug, Clone)]
 pub(crate) struct ExchangeState {
     pub guard: GuardState,
-    pub observe: ObserveState,
+    pub metrics: McpMetrics,
     pub outage: Arc<Outage>,
 }
 
@@ -58,25 +64,34 @@ pub(crate) async fn mcp_exchange(
         }
         return next.run(req).await;
     }
-    let (parts, bytes) = match guard::buffered_request(req).await {
+    let (mut parts, bytes) = match guard::buffered_request(req).await {
         Ok(buffered) => buffered,
         Err(response) => return response,
     };
     let message = serde_json::from_slice::<Value>(&bytes);
-    // A response to a server request, or not JSON-RPC at all (which the
-    // guard refuses), is no operation to record.
-    let operation = message
+    let who = parts.extensions.get::<Authenticated>();
+    let read = message
         .as_ref()
         .ok()
-        .and_then(|m| Incoming::read(&state.observe.upstreams, &parts, m))
-        .map(|incoming| Operation::start(state.observe.metrics.clone(), incoming));
+        .and_then(|m| Read::new(m, &parts.headers, who, &state.guard.upstreams));
+    // A response to a server request, or not JSON-RPC at all (which the
+    // guard refuses), is no operation to record.
+    let operation = read
+        .as_ref()
+        .and_then(|read| Incoming::of(read, &parts.headers, who))
+        .map(|incoming| Operation::start(state.metrics.clone(), incoming));
+    let checked = guard::check_message(&state.guard, who, &message, read.as_ref());
+    drop(read);
+    drop(message);
     let exchange = async {
-        let response = match guard::check_message(&state.guard, &parts, &message) {
+        let response = match checked {
             Err(refusal) => *refusal,
-            Ok(()) => match state.outage.refusal() {
+            Ok(checked) => match state.outage.refusal() {
                 Some(refusal) => refusal,
                 None => {
-                    drop(message);
+                    if let Some(checked) = checked {
+                        parts.extensions.insert(checked);
+                    }
                     next.run(Request::from_parts(parts, Body::from(bytes))).await
                 }
             },

@@ -15,9 +15,9 @@ use foldgate_engine::FoldingConfig;
 use serde_json::{Value, json};
 
 use crate::{
-    args::{self, FoldingTool},
+    args::{self, ArgError, FoldingTool},
     auth::Authenticated,
-    proxy,
+    call::{Checked, Read, Target},
 };
 use foldgate_upstream::{Lookup, Upstreams};
 
@@ -142,27 +142,29 @@ pub(crate) struct GuardState {
     pub resource_metadata: Arc<str>,
 }
 
-/// Checks a JSON-RPC message posted to `/mcp` (already parsed, or the
-/// parse error): a message object, `jsonrpc: "2.0"`, and for `tools/call`
-/// the tool, the caller's scope and the arguments. Whatever else rmcp cannot
-/// read (ids that are neither strings nor numbers, mistyped params, repeated
-/// members) rmcp refuses itself, and the exchange layer turns its answer
-/// into a JSON-RPC 400 as well.
+/// Checks a JSON-RPC message posted to `/mcp` (already parsed and read, or
+/// the parse error): a message object, `jsonrpc: "2.0"`, the scopes of
+/// `tasks/*`, and for `tools/call` the tool, the caller's scope and the
+/// arguments, which it returns parsed. Whatever else rmcp cannot read (ids
+/// that are neither strings nor numbers, mistyped params, repeated members)
+/// rmcp refuses itself, and the exchange layer turns its answer into a
+/// JSON-RPC 400 as well.
 pub(crate) fn check_message(
     state: &GuardState,
-    parts: &http::request::Parts,
+    who: Option<&Authenticated>,
     message: &Result<Value, serde_json::Error>,
+    read: Option<&Read<'_>>,
     // Boxed: a response is large, and the error path is the rare one.
-) -> Result<(), Box<Response>> {
-    let message = message.as_ref().map_err(|e| {
-        Box::new(jsonrpc_error(
+) -> Result<Option<Checked>, Box<Response>> {
+    if let Err(e) = message {
+        return Err(Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             None,
             -32700,
             &format!("parse error: {e}"),
             None,
-        ))
-    })?;
+        )));
+    }
     let invalid = |id: Option<&Value>, why: &str| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -172,24 +174,26 @@ pub(crate) fn check_message(
             None,
         ))
     };
-    let Value::Object(obj) = message else {
+    let Some(read) = read else {
         return Err(invalid(
             None,
             "expected a JSON-RPC message object (batches are not supported)",
         ));
     };
-    let id = obj.get("id");
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    let id = read.id;
+    if read.jsonrpc != Some("2.0") {
         return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
     }
-    let Some(method) = obj.get("method") else {
+    let Some(method) = read.method else {
         // A response from the client (to a server request): rmcp handles it.
-        return Ok(());
+        return Ok(None);
     };
     let Some(method) = method.as_str() else {
         return Err(invalid(id, "`method` must be a string"));
     };
-    let who = parts.extensions.get::<Authenticated>();
+    let missing_scope = |scope: &str| {
+        Box::new(crate::auth::insufficient_scope_response(scope, &state.resource_metadata))
+    };
     // Tasks are gateway-run branches: reading one is reading a branch,
     // cancelling it is ending one.
     let task_scope = match method {
@@ -200,16 +204,12 @@ pub(crate) fn check_message(
     if let (Some(scope), Some(who)) = (task_scope, who)
         && !who.has_scope(scope)
     {
-        return Err(Box::new(crate::auth::insufficient_scope_response(
-            scope,
-            &state.resource_metadata,
-        )));
+        return Err(missing_scope(scope));
     }
     if method != "tools/call" {
-        return Ok(());
+        return Ok(None);
     }
-    let params = obj.get("params").and_then(Value::as_object);
-    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+    let Some(named) = &read.tool else {
         return Err(Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -218,7 +218,7 @@ pub(crate) fn check_message(
             Some(json!({"field": "name"})),
         )));
     };
-    let arguments = match params.and_then(|p| p.get("arguments")) {
+    let arguments = match read.params.and_then(|p| p.get("arguments")) {
         None | Some(Value::Null) => None,
         Some(Value::Object(map)) => Some(map),
         Some(_) => {
@@ -231,27 +231,7 @@ pub(crate) fn check_message(
             )));
         }
     };
-    let bad_argument = |field: &str, reason: &str| {
-        Box::new(jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            -32602,
-            &format!("invalid argument `{field}`: {reason}"),
-            Some(json!({"field": field, "reason": reason})),
-        ))
-    };
-    let Some(tool) = FoldingTool::from_name(name) else {
-        return check_upstream_call(state, who, name, params, arguments, parts, &bad_argument);
-    };
-    if let Some(who) = who
-        && !who.has_scope(tool.scope())
-    {
-        return Err(Box::new(crate::auth::insufficient_scope_response(
-            tool.scope(),
-            &state.resource_metadata,
-        )));
-    }
-    let parsed = args::parse(tool, arguments, &state.folding).map_err(|e| {
+    let bad_argument = |e: &ArgError| {
         Box::new(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -259,48 +239,42 @@ pub(crate) fn check_message(
             &e.to_string(),
             Some(json!({"field": e.field, "reason": e.reason})),
         ))
-    })?;
-    // The tools a run may use must be upstream tools the caller may call.
-    if let (args::Parsed::Run(run), Some(who)) = (&parsed, who) {
-        for name in run.tools.iter().flatten() {
-            if !matches!(state.upstreams.lookup(who, name), Lookup::Found(..)) {
-                let reason = format!("{name:?} is not an upstream tool this token may call");
-                return Err(bad_argument("tools", &reason));
+    };
+    let unknown = || bad_argument(&ArgError::new("name", format!("unknown tool {:?}", named.name)));
+    match &named.target {
+        Target::Folding(tool) => {
+            if let Some(who) = who
+                && !who.has_scope(tool.scope())
+            {
+                return Err(missing_scope(tool.scope()));
             }
+            let parsed =
+                args::parse(*tool, arguments, &state.folding).map_err(|e| bad_argument(&e))?;
+            // The tools a run may use must be upstream tools the caller may call.
+            if let (args::Parsed::Run(run), Some(who)) = (&parsed, who) {
+                for name in run.tools.iter().flatten() {
+                    if !matches!(state.upstreams.lookup(who, name), Lookup::Found(..)) {
+                        let reason =
+                            format!("{name:?} is not an upstream tool this token may call");
+                        return Err(bad_argument(&ArgError::new("tools", reason)));
+                    }
+                }
+            }
+            Ok(Some(Checked::Folding(parsed)))
         }
+        Target::Upstream { upstream, tool, branch } => {
+            let branch = branch.clone().map_err(|e| bad_argument(&e))?;
+            tool.check_arguments(arguments)
+                .map_err(|m| bad_argument(&ArgError::new(m.field, m.reason)))?;
+            Ok(Some(Checked::Upstream {
+                upstream: Arc::clone(upstream),
+                tool: Arc::clone(tool),
+                branch,
+            }))
+        }
+        Target::MissingScope(scope) => Err(missing_scope(scope)),
+        Target::Unknown => Err(unknown()),
     }
-    Ok(())
-}
-
-/// Checks a call of an upstream tool: the tool exists for this principal,
-/// its token has the scope, the arguments match the tool's `inputSchema`,
-/// and a named branch is well-formed.
-fn check_upstream_call(
-    state: &GuardState,
-    who: Option<&Authenticated>,
-    name: &str,
-    params: Option<&serde_json::Map<String, Value>>,
-    arguments: Option<&serde_json::Map<String, Value>>,
-    parts: &http::request::Parts,
-    bad_argument: &dyn Fn(&str, &str) -> Box<Response>,
-) -> Result<(), Box<Response>> {
-    let Some(who) = who else {
-        return Ok(());
-    };
-    let tool = match state.upstreams.lookup(who, name) {
-        Lookup::Found(_, tool) => tool,
-        Lookup::MissingScope(scope) => {
-            return Err(Box::new(crate::auth::insufficient_scope_response(
-                &scope,
-                &state.resource_metadata,
-            )));
-        }
-        Lookup::Unknown => return Err(bad_argument("name", &format!("unknown tool {name:?}"))),
-    };
-    let meta = params.and_then(|p| p.get("_meta")).and_then(Value::as_object);
-    proxy::named_branch(meta, Some(&parts.headers))
-        .map_err(|e| bad_argument(&e.field, &e.reason))?;
-    tool.check_arguments(arguments).map_err(|m| bad_argument(&m.field, &m.reason))
 }
 
 /// A request's head and body, which `limit_body` has already read into

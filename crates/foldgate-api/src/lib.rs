@@ -7,10 +7,14 @@
 //! JSON-RPC and tool arguments (400), and the mapping of limits and database
 //! outages to 429 and 503 — before rmcp's Streamable HTTP service hands the
 //! call to [`tools::FoldingTools`]: a folding tool, or an upstream's tool
-//! forwarded and metered by [`proxy`].
+//! forwarded and metered by [`proxy`]. Each message is read once
+//! ([`call`]): what the guard checked reaches the tools parsed, in the
+//! request's extensions; each tool's answer is a type ([`answers`]) whose
+//! schema is its `outputSchema`.
 
+pub mod answers;
 pub mod args;
-pub mod auth;
+mod call;
 mod config;
 pub mod error;
 mod exchange;
@@ -22,8 +26,23 @@ pub mod proxy;
 mod router;
 pub mod tools;
 
-/// Federation, re-exported for the binary and the tests.
+/// Authentication and federation, re-exported for the binary and the tests.
+pub use foldgate_auth as auth;
 pub use foldgate_upstream as upstream;
+
+/// The names clients use: the folding tools, the `_meta` keys and the
+/// header foldgate reads and writes. For the tests and the benchmark.
+pub mod names {
+    use crate::args::FoldingTool;
+
+    pub const BRANCH_CREATE: &str = FoldingTool::BranchCreate.name();
+    pub const BRANCH_RETURN: &str = FoldingTool::BranchReturn.name();
+    pub const BRANCH_RUN: &str = FoldingTool::BranchRun.name();
+    pub const BRANCH_STATUS: &str = FoldingTool::BranchStatus.name();
+    pub const SESSION_END: &str = FoldingTool::SessionEnd.name();
+    pub use crate::call::BRANCH_HEADER;
+    pub use foldgate_upstream::meter::{BRANCH_META_KEY, METERING_META_KEY};
+}
 
 pub use config::ApiConfig;
 pub use guard::HostOriginPolicy;

@@ -21,34 +21,24 @@
 //! caller (folding tools, and upstream tools its tenant sees): any other
 //! name is a client's free text, and is left out.
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use foldgate_domain::{BranchId, SessionId};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::{Span, field::Empty};
 
 use crate::{
-    args::FoldingTool,
     auth::Authenticated,
+    call::{Read, Target},
     metrics::{McpMetrics, McpOperation, known_mcp_method, known_protocol_version, rpc_error_type},
-    proxy,
 };
-use foldgate_upstream::{Lookup, Upstreams};
 
 /// Where a 2026-07-28 client states its protocol version in each request.
 const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// JSON-RPC ids longer than this are left off spans.
 const MAX_SHOWN_ID: usize = 128;
-
-/// What observing needs.
-#[derive(Debug, Clone)]
-pub(crate) struct ObserveState {
-    pub metrics: McpMetrics,
-    /// To tell the upstream tools a caller is offered from unknown names.
-    pub upstreams: Arc<Upstreams>,
-}
 
 /// What the request says about itself.
 #[derive(Debug)]
@@ -65,31 +55,16 @@ pub(crate) struct Incoming {
 
 impl Incoming {
     /// `None` for anything but a JSON-RPC request or notification.
-    pub fn read(
-        upstreams: &Upstreams,
-        parts: &http::request::Parts,
-        message: &Value,
-    ) -> Option<Self> {
-        let method = known_mcp_method(message.get("method")?.as_str()?);
-        let params = message.get("params").and_then(Value::as_object);
-        let meta = params.and_then(|p| p.get("_meta")).and_then(Value::as_object);
-        let who = parts.extensions.get::<Authenticated>();
+    pub fn of(read: &Read<'_>, headers: &HeaderMap, who: Option<&Authenticated>) -> Option<Self> {
+        let method = known_mcp_method(read.method()?);
+        let named = read.tool.as_ref().filter(|named| named.target.offered());
 
-        let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
-        let tool = name.filter(|_| method == "tools/call");
-        let folding = tool.and_then(FoldingTool::from_name);
-        let offered = tool.filter(|name| {
-            folding.is_some()
-                || who.is_some_and(|who| !matches!(upstreams.lookup(who, name), Lookup::Unknown))
-        });
-
-        let protocol_version = parts
-            .headers
+        let protocol_version = headers
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok())
-            .or_else(|| meta?.get(PROTOCOL_VERSION_META_KEY)?.as_str())
+            .or_else(|| read.meta?.get(PROTOCOL_VERSION_META_KEY)?.as_str())
             .and_then(known_protocol_version);
-        let request_id = match message.get("id") {
+        let request_id = match read.id {
             Some(Value::Number(n)) => Some(n.to_string()),
             Some(Value::String(s)) if s.len() <= MAX_SHOWN_ID => Some(s.clone()),
             _ => None,
@@ -97,25 +72,23 @@ impl Incoming {
 
         // Ids only once they parse: they are client text until the guard
         // has checked them.
-        let arguments = params.and_then(|p| p.get("arguments")).and_then(Value::as_object);
-        let argument = |key: &str| arguments.and_then(|a| a.get(key)).and_then(Value::as_str);
-        let (session, branch) = match (folding, offered) {
+        let argument =
+            |key: &str| read.arguments().and_then(|a| a.get(key)).and_then(Value::as_str);
+        let (session, branch) = match named.map(|n| &n.target) {
             // A folding tool's own arguments.
-            (Some(_), _) => (
+            Some(Target::Folding(_)) => (
                 argument("session_id").and_then(|s| SessionId::parse(s).ok()),
                 argument("branch_id").and_then(|b| BranchId::parse(b).ok()),
             ),
             // An upstream tool's arguments are the upstream's: only the
             // branch the call names for metering.
-            (None, Some(_)) => {
-                (None, proxy::named_branch(meta, Some(&parts.headers)).ok().flatten())
-            }
-            (None, None) => (None, None),
+            Some(Target::Upstream { branch, .. }) => (None, branch.clone().ok().flatten()),
+            _ => (None, None),
         };
 
         Some(Self {
             method,
-            tool: offered.map(str::to_owned),
+            tool: named.map(|n| n.name.to_owned()),
             request_id,
             protocol_version,
             tenant: who.map(|w| w.principal.tenant.to_string()),

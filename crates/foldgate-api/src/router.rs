@@ -33,7 +33,6 @@ use crate::{
     guard::{self, GuardState, HostOriginPolicy},
     limit,
     metrics::{self, ApiMetrics},
-    observe::ObserveState,
     tools::FoldingTools,
 };
 use foldgate_upstream::Upstreams;
@@ -102,10 +101,7 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
     };
     let exchange_state = ExchangeState {
         guard: guard_state,
-        observe: ObserveState {
-            metrics: gateway.metrics.mcp.clone(),
-            upstreams: Arc::clone(&gateway.upstreams),
-        },
+        metrics: gateway.metrics.mcp.clone(),
         outage: error::Outage::new(Arc::clone(gateway.service.store()), gateway.shutdown.clone()),
     };
     // Outermost first.

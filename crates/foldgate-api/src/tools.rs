@@ -5,15 +5,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use foldgate_domain::{Branch, BranchId, BranchKind, EndReason, Principal};
-use foldgate_engine::{FoldError, FoldingService};
-use foldgate_runner::{Grant, RunOutcome, Runner};
+use foldgate_domain::{BranchId, BranchKind, EndReason, Principal};
+use foldgate_engine::{FoldError, FoldingService, StatusQuery};
+use foldgate_runner::{Grant, Runner};
 use rmcp::{
     ServerHandler,
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CompleteRequestMethod, CompleteRequestParams, CompleteResult, CreateTaskResult,
-        DetailedTask, ErrorCode, ErrorData, GetTaskParams, GetTaskResult, Implementation,
+        DetailedTask, ErrorData, GetTaskParams, GetTaskResult, Implementation,
         ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
         ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
         ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
@@ -24,11 +24,16 @@ use rmcp::{
 use serde_json::{Value, json};
 
 use crate::{
-    args::{self, ArgError, FoldingTool, Parsed},
+    answers::{
+        self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, NoBranch,
+        RunAnswer, RunView, SessionEndAnswer, StillRunning, to_value,
+    },
+    args::{self, FoldingTool, Parsed},
     auth::Authenticated,
+    call::Checked,
     error, proxy,
 };
-use foldgate_upstream::{Lookup, Upstreams, meter::UpstreamCall};
+use foldgate_upstream::{Upstreams, meter::UpstreamCall};
 
 /// What the server tells a model about folding when it connects.
 const INSTRUCTIONS: &str = "\
@@ -74,39 +79,9 @@ impl FoldingTools {
     async fn call(&self, who: &Principal, parsed: Parsed) -> Result<Value, FoldError> {
         let s = &self.service;
         Ok(match parsed {
-            Parsed::Create(req) => {
-                let created = s.create(who, req).await?;
-                let b = &created.branch;
-                json!({
-                    "branch_id": b.id,
-                    "session_id": b.session_id.as_str(),
-                    "parent_branch_id": b.parent,
-                    "depth": b.depth,
-                    "budget_allocated": b.ledger.budget,
-                    "budget_requested": created.budget_requested,
-                    "budget_used": b.ledger.used,
-                    "deadline_at": b.deadline_at,
-                    "status": b.status.as_str(),
-                    "return_tier": b.return_tier.as_str(),
-                })
-            }
+            Parsed::Create(req) => to_value(&BranchCreated::from(&s.create(who, req).await?)),
             Parsed::Return(req) => {
-                let returned = s.return_branch(who, req).await?;
-                let b = &returned.branch;
-                let tier = b.return_tier;
-                json!({
-                    "success": true,
-                    "branch_id": b.id,
-                    "status": b.status.as_str(),
-                    "tokens_used": b.ledger.used,
-                    "tokens_returned": returned.tokens_returned,
-                    "compression_ratio": (returned.compression_ratio() * 1000.0).round() / 1000.0,
-                    "message": returned.message,
-                    "redactions": returned.redactions,
-                    "children_force_returned": returned.children_ended,
-                    "return_tier": tier.as_str(),
-                    "tier_exceeded": returned.tokens_returned > tier.max_tokens(),
-                })
+                to_value(&BranchReturned::from(&s.return_branch(who, req).await?))
             }
             Parsed::Run(_) => {
                 // Answered by `run`, which needs the request's context.
@@ -114,35 +89,30 @@ impl FoldingTools {
             }
             Parsed::Status(query) => {
                 let session = match &query {
-                    foldgate_engine::StatusQuery::Session(session) => Some(session.clone()),
-                    foldgate_engine::StatusQuery::Branch(_) => None,
+                    StatusQuery::Session(session) => Some(session.clone()),
+                    StatusQuery::Branch(_) => None,
                 };
-                let mut view = match s.status(who, query).await? {
+                let found = match s.status(who, query).await? {
                     Some(branch) => {
                         let calls = s.call_summary(who, branch.id).await?;
-                        let mut view = branch_view(&branch);
-                        view["calls"] = calls_view(&calls);
-                        if branch.kind == BranchKind::Gateway {
-                            view["run"] = self.run_view(who, branch.id).await?;
-                        }
-                        view
+                        let run = match branch.kind {
+                            BranchKind::Gateway => self.run_view(who, branch.id).await?,
+                            BranchKind::Agent => None,
+                        };
+                        Found::Branch(Box::new(BranchView::new(&branch, &calls, run)))
                     }
-                    None => json!({"branch_id": null, "status": "No active branch found"}),
+                    None => Found::Nothing(NoBranch::default()),
                 };
-                if let Some(session) = session {
-                    view["session_tokens_returned"] =
-                        json!(s.session_returned_tokens(who, &session).await?);
-                }
-                view
+                let session_tokens_returned = match &session {
+                    Some(session) => Some(s.session_returned_tokens(who, session).await?),
+                    None => None,
+                };
+                to_value(&BranchStatusAnswer { found, session_tokens_returned })
             }
-            Parsed::End(session) => {
-                let ended = s.end_session(who, &session).await?;
-                json!({
-                    "session_id": session.as_str(),
-                    "branches_ended": ended.branches_ended,
-                    "session_ended": ended.session_ended,
-                })
-            }
+            Parsed::End(session) => to_value(&SessionEndAnswer::new(
+                session.as_str(),
+                &s.end_session(who, &session).await?,
+            )),
         })
     }
 }
@@ -202,50 +172,23 @@ impl FoldingTools {
                     }
                 }
                 () = &mut give_up, if progress.is_none() => {
-                    return Ok(CallToolResult::structured(still_running(&branch)).into());
+                    let running = RunAnswer::Running(StillRunning::new(&branch));
+                    return Ok(CallToolResult::structured(to_value(&running)).into());
                 }
             }
         };
         match outcome {
-            Ok(outcome) => Ok(CallToolResult::structured(outcome_view(&outcome)).into()),
+            Ok(outcome) => {
+                let done = RunAnswer::Done(Box::new(outcome));
+                Ok(CallToolResult::structured(to_value(&done)).into())
+            }
             Err(e) => error::tool_error(FoldingTool::BranchRun.name(), &e),
         }
     }
 
     /// What `branch_status` shows of a gateway-run branch's run.
-    async fn run_view(&self, who: &Principal, id: BranchId) -> Result<Value, FoldError> {
-        let Some((run, steps)) = self.runner.run_of(who, id).await? else {
-            return Ok(Value::Null);
-        };
-        let outcome = run
-            .outcome
-            .as_deref()
-            .and_then(|o| serde_json::from_str::<RunOutcome>(o).ok())
-            .map(|o| outcome_view(&o));
-        Ok(json!({
-            "state": run.state.as_str(),
-            "model": run.model,
-            "model_usage": {
-                "input_tokens": run.usage.input_tokens,
-                "output_tokens": run.usage.output_tokens,
-                "calls": run.usage.calls,
-            },
-            "resumes": run.resumes,
-            "steps": steps.iter().map(|s| json!({
-                "seq": s.seq,
-                "kind": s.kind.as_str(),
-                "input_tokens": s.input_tokens,
-                "output_tokens": s.output_tokens,
-                "duration_ms": u64::try_from(s.duration.as_millis()).unwrap_or(u64::MAX),
-                "repeated": s.repeated,
-                "at": s.at,
-                "tool": (s.kind == foldgate_store::StepKind::Tool)
-                    .then(|| serde_json::from_str::<Value>(&s.body).ok()
-                        .and_then(|b| b.get("name").cloned()))
-                    .flatten(),
-            })).collect::<Vec<_>>(),
-            "outcome": outcome,
-        }))
+    async fn run_view(&self, who: &Principal, id: BranchId) -> Result<Option<RunView>, FoldError> {
+        Ok(self.runner.run_of(who, id).await?.map(|(run, steps)| RunView::new(&run, &steps)))
     }
 
     /// A task as `tasks/get` reports it: working, or completed with the
@@ -254,8 +197,7 @@ impl FoldingTools {
         let unknown =
             || ErrorData::invalid_params("unknown task", Some(json!({"field": "taskId"})));
         let id = BranchId::parse(task_id).map_err(|_| unknown())?;
-        let branch = match self.service.status(who, foldgate_engine::StatusQuery::Branch(id)).await
-        {
+        let branch = match self.service.status(who, StatusQuery::Branch(id)).await {
             Ok(Some(branch)) if branch.kind == BranchKind::Gateway => branch,
             Ok(_) | Err(FoldError::BranchNotFound) => return Err(unknown()),
             Err(e) => return Err(task_error(&e)),
@@ -266,7 +208,8 @@ impl FoldingTools {
             Ok(outcome) => {
                 let updated = branch.completed_at.unwrap_or(branch.created_at).to_rfc3339();
                 let task = Task::new(task_id, TaskStatus::Completed, created, updated);
-                let result = CallToolResult::structured(outcome_view(&outcome));
+                let result =
+                    CallToolResult::structured(to_value(&RunAnswer::Done(Box::new(outcome))));
                 let result = match serde_json::to_value(&result) {
                     Ok(Value::Object(map)) => map,
                     _ => return Err(error::internal("a run's result could not be encoded")),
@@ -297,67 +240,8 @@ async fn notify(
     }
 }
 
-/// The answer to a call that could not wait for its run.
-fn still_running(branch: &Branch) -> Value {
-    json!({
-        "branch_id": branch.id,
-        "status": "running",
-        "message": format!(
-            "The run is still working. Its result will be in branch_status(branch_id: \"{}\") \
-             under run.outcome; ask for progress or use the tasks extension to wait for it.",
-            branch.id
-        ),
-    })
-}
-
 fn task_error(e: &FoldError) -> ErrorData {
     error::tool_error("tasks/get", e).err().unwrap_or_else(|| error::internal(&e.to_string()))
-}
-
-/// `branch_run`'s result.
-fn outcome_view(o: &RunOutcome) -> Value {
-    serde_json::to_value(o).unwrap_or(Value::Null)
-}
-
-/// What `branch_status` shows of a branch.
-fn branch_view(b: &Branch) -> Value {
-    json!({
-        "branch_id": b.id,
-        "session_id": b.session_id.as_str(),
-        "parent_branch_id": b.parent,
-        "status": b.status.as_str(),
-        "reason": b.reason.map(|r| r.as_str()),
-        "depth": b.depth,
-        "description": b.description,
-        "budget_total": b.ledger.budget,
-        "budget_used": b.ledger.used,
-        "budget_lent_to_children": b.ledger.reserved,
-        "budget_warning": b.warned_at.is_some(),
-        "created_at": b.created_at,
-        "deadline_at": b.deadline_at,
-        "completed_at": b.completed_at,
-        "kind": b.kind.as_str(),
-        "return_tier": b.return_tier.as_str(),
-        "tokens_returned": b.returned_tokens,
-    })
-}
-
-/// The `calls` member of `branch_status`: the branch's upstream calls.
-fn calls_view(c: &foldgate_engine::CallSummary) -> Value {
-    json!({
-        "count": c.calls,
-        "tokens_in": c.tokens_in,
-        "tokens_out": c.tokens_out,
-        "tokens_charged": c.tokens_charged,
-        "errors": c.errors,
-        "truncated": c.truncated,
-        "last_call_at": c.last_call_at,
-        "by_tool": c.by_tool.iter().map(|t| json!({
-            "tool": format!("{}{}{}", t.upstream, foldgate_upstream::NAMESPACE_SEPARATOR, t.tool),
-            "calls": t.calls,
-            "tokens": t.tokens,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 /// The principal the auth layer put on the HTTP request.
@@ -425,6 +309,7 @@ fn tool(t: FoldingTool) -> Tool {
     annotations.idempotent_hint = Some(read_only);
     annotations.open_world_hint = Some(false);
     let mut tool = Tool::new(t.name(), description, Arc::new(args::input_schema(t)));
+    tool.output_schema = Some(Arc::new(answers::output_schema(t)));
     tool.title = Some(title.to_owned());
     tool.annotations = Some(annotations);
     tool
@@ -522,16 +407,10 @@ impl ServerHandler for FoldingTools {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        // The guard has checked the token's scope.
         let Some(who) = principal_of(&context) else {
             return Err(error::internal("request without a principal"));
         };
-        if !who.has_scope(FoldingTool::BranchRun.scope()) {
-            return Err(ErrorData::new(
-                ErrorCode(error::INSUFFICIENT_SCOPE),
-                format!("the token lacks the {} scope", FoldingTool::BranchRun.scope()),
-                None,
-            ));
-        }
         let task = self.task(&who.principal, &request.task_id).await?;
         if task.status() == TaskStatus::Working
             && let Ok(id) = BranchId::parse(&request.task_id)
@@ -550,52 +429,33 @@ impl ServerHandler for FoldingTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(who) = principal_of(&context) else {
-            // The auth layer runs before every request reaches here.
-            return Err(error::internal("request without a principal"));
+        let parts = context.extensions.get::<http::request::Parts>();
+        let who = parts.and_then(|p| p.extensions.get::<Authenticated>());
+        let checked = parts.and_then(|p| p.extensions.get::<Checked>());
+        let (Some(who), Some(checked)) = (who, checked) else {
+            // The auth layer and the guard run before every call reaches here.
+            return Err(error::internal("tool call not authenticated and checked"));
         };
-        let Some(tool) = FoldingTool::from_name(&request.name) else {
-            return match self.upstreams.lookup(&who, &request.name) {
-                Lookup::Found(upstream, tool) => {
-                    let headers =
-                        context.extensions.get::<http::request::Parts>().map(|p| &p.headers);
-                    // rmcp hands the request's `_meta` over in the context.
-                    let meta = request.meta.as_ref().map_or(&context.meta.0.0, |m| &m.0.0);
-                    let call = UpstreamCall {
-                        upstream: &upstream,
-                        tool: &tool,
-                        arguments: request.arguments.as_ref(),
-                        meta: Some(meta),
-                    };
-                    proxy::call(&self.service, &who, call, headers).await
+        match checked.clone() {
+            Checked::Upstream { upstream, tool, branch } => {
+                // rmcp hands the request's `_meta` over in the context.
+                let meta = request.meta.as_ref().map_or(&context.meta.0.0, |m| &m.0.0);
+                let call = UpstreamCall {
+                    upstream: &upstream,
+                    tool: &tool,
+                    arguments: request.arguments.as_ref(),
+                    meta: Some(meta),
+                };
+                proxy::call(&self.service, who, call, branch).await
+            }
+            Checked::Folding(Parsed::Run(req)) => self.run(who, req, &context).await,
+            Checked::Folding(parsed) => {
+                let tool = parsed.tool();
+                match self.call(&who.principal, parsed).await {
+                    Ok(value) => Ok(CallToolResult::structured(value).into()),
+                    Err(e) => error::tool_error(tool.name(), &e),
                 }
-                Lookup::MissingScope(scope) => Err(ErrorData::new(
-                    ErrorCode(error::INSUFFICIENT_SCOPE),
-                    format!("the token lacks the {scope} scope"),
-                    Some(json!({"scope": scope})),
-                )),
-                Lookup::Unknown => Err(ErrorData::invalid_params(
-                    format!("unknown tool {:?}", request.name),
-                    Some(json!({"field": "name"})),
-                )),
-            };
-        };
-        if !who.has_scope(tool.scope()) {
-            return Err(ErrorData::new(
-                ErrorCode(error::INSUFFICIENT_SCOPE),
-                format!("the token lacks the {} scope", tool.scope()),
-                Some(json!({"scope": tool.scope()})),
-            ));
+            }
         }
-        let parsed = args::parse(tool, request.arguments.as_ref(), self.service.config())
-            .map_err(|e: ArgError| error::invalid_argument(&e))?;
-        if let Parsed::Run(req) = parsed {
-            return self.run(&who, req, &context).await;
-        }
-        let result = match self.call(&who.principal, parsed).await {
-            Ok(value) => CallToolResult::structured(value),
-            Err(e) => return error::tool_error(tool.name(), &e),
-        };
-        Ok(result.into())
     }
 }

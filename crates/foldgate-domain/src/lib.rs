@@ -10,6 +10,8 @@
 
 mod branch;
 mod budget;
+mod caller;
+mod clock;
 mod error;
 mod ids;
 mod limits;
@@ -20,6 +22,8 @@ mod timeout;
 
 pub use branch::{Branch, BranchStatus, EndReason, Outcome};
 pub use budget::{Allocation, BudgetPolicy, BudgetRequest, Consumption, Ledger, Tokens};
+pub use caller::Caller;
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorCode, InvalidInput};
 pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
 pub use limits::{LimitKind, Limits};

@@ -8,7 +8,6 @@
 //! the agent. The [`supervisor`] runs the background reconcilers that fire
 //! deadlines, finish exhausted branches and end idle sessions.
 
-mod clock;
 mod config;
 mod error;
 mod instrumented;
@@ -18,9 +17,9 @@ mod service;
 pub mod supervisor;
 mod tokens;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
+pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use instrumented::InstrumentedStore;
 pub use metrics::{EngineMetrics, StoreGauges};

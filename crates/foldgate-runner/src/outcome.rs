@@ -3,11 +3,12 @@
 
 use foldgate_domain::{Branch, ReturnTier, Tokens};
 use foldgate_store::Run;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `branch_run`'s result, also kept with the run (so that any replica can
 /// answer for it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunOutcome {
     pub branch_id: String,
     /// The branch's final status: `completed`, `timeout` or `failed`.
@@ -45,7 +46,7 @@ pub struct RunOutcome {
 }
 
 /// What a provider billed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
     pub input_tokens: Tokens,
     pub output_tokens: Tokens,

@@ -21,5 +21,6 @@ pub(crate) use client::CallError;
 pub use config::{
     DEFAULT_UPSTREAM_SCOPE, NAMESPACE_SEPARATOR, OAuthClientCredentials, UpstreamConfig, expand_env,
 };
+pub use foldgate_domain::Caller;
 pub use metrics::UpstreamMetrics;
-pub use registry::{Caller, Lookup, SchemaMismatch, Upstream, UpstreamTool, Upstreams};
+pub use registry::{Lookup, SchemaMismatch, Upstream, UpstreamTool, Upstreams};

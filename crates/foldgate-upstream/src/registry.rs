@@ -20,17 +20,9 @@ use super::{
     config::expand_env,
     oauth::{Grant, TokenSource},
 };
-use foldgate_domain::TenantId;
+use foldgate_domain::Caller;
 
 use crate::metrics::UpstreamMetrics;
-
-/// Who asks for upstream tools: a tenant, and the scopes its token grants.
-/// An agent's verified token, or the grant a gateway-run branch was started
-/// with.
-pub trait Caller {
-    fn tenant(&self) -> &TenantId;
-    fn has_scope(&self, scope: &str) -> bool;
-}
 
 /// The longest name a tool may have (MCP tool-name guidance).
 const MAX_TOOL_NAME: usize = 128;

@@ -1,4 +1,4 @@
-//! Who is calling: bearer-token authentication for `/mcp`.
+//! foldgate's authentication: who is calling `/mcp`.
 //!
 //! Every request carries a JWT. Its signature is checked against the one
 //! configured key source (an HS256 secret, a PEM public key, or a JWKS), and
@@ -24,8 +24,7 @@ mod mint;
 use std::{collections::BTreeSet, sync::Arc};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use foldgate_domain::{Principal, Subject, TenantId};
-use foldgate_engine::{Clock, SystemClock};
+use foldgate_domain::{Caller, Clock, Principal, Subject, SystemClock, TenantId};
 
 use self::{claims::ClaimRules, keys::KeySource};
 pub use self::{
@@ -139,7 +138,7 @@ impl Authenticator {
     }
 }
 
-impl foldgate_upstream::Caller for Authenticated {
+impl Caller for Authenticated {
     fn tenant(&self) -> &TenantId {
         &self.principal.tenant
     }

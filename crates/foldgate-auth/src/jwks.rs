@@ -16,7 +16,7 @@ use std::{
 };
 
 use chrono::{DateTime, TimeDelta, Utc};
-use foldgate_engine::Clock;
+use foldgate_domain::Clock;
 use jsonwebtoken::{
     Algorithm, AlgorithmFamily, DecodingKey,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyOperations, PublicKeyUse},

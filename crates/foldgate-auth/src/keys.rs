@@ -9,7 +9,7 @@
 
 use std::{path::Path, sync::Arc};
 
-use foldgate_engine::Clock;
+use foldgate_domain::Clock;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 
 use super::{
