@@ -58,7 +58,7 @@ impl Default for ApiConfig {
 }
 
 impl ApiConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         self.rate_limit.validate()?;
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes must be at least 1024".into());
@@ -66,7 +66,7 @@ impl ApiConfig {
         if let Some(url) = &self.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            return Err(format!("public_url {url:?} must be an http(s) URL"));
+            return Err(format!("public_url {url:?} must be an http(s) URL").into());
         }
         if self.request_timeout.is_zero() {
             return Err("request_timeout must be positive".into());

@@ -32,7 +32,7 @@ impl Default for RateLimitConfig {
 }
 
 impl RateLimitConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         if self.per_second == 0 || self.burst == 0 {
             return Err("rate_limit.per_second and rate_limit.burst must be at least 1".into());
         }

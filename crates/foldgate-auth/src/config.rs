@@ -114,7 +114,7 @@ impl Default for AuthConfig {
 
 impl AuthConfig {
     /// Checks the settings, naming the first one that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         let sources: Vec<&str> = [
             self.jwt_secret.as_ref().map(|_| "jwt_secret"),
             self.jwks_url.as_ref().map(|_| "jwks_url"),
@@ -134,7 +134,8 @@ impl AuthConfig {
                 return Err(format!(
                     "more than one JWT key source configured ({}): set exactly one",
                     several.join(", ")
-                ));
+                )
+                .into());
             }
         }
         if let Some(secret) = &self.jwt_secret
@@ -143,7 +144,8 @@ impl AuthConfig {
             return Err(format!(
                 "jwt_secret must be at least {MIN_SECRET_BYTES} bytes long (it is an HS256 key); \
                  generate one with `openssl rand -base64 32`"
-            ));
+            )
+            .into());
         }
         if let Some(url) = &self.jwks_url {
             check_jwks_url(url)?;
@@ -155,14 +157,14 @@ impl AuthConfig {
         }
         for (name, value) in [("issuer", &self.issuer), ("audience", &self.audience)] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                return Err(format!("{name} must not be empty when set"));
+                return Err(format!("{name} must not be empty when set").into());
             }
         }
         if self.tenant_claim.trim().is_empty() {
             return Err("tenant_claim must name a claim".into());
         }
         if self.leeway_seconds > MAX_LEEWAY_SECONDS {
-            return Err(format!("leeway_seconds must be at most {MAX_LEEWAY_SECONDS}"));
+            return Err(format!("leeway_seconds must be at most {MAX_LEEWAY_SECONDS}").into());
         }
         if !(1..=3600).contains(&self.jwks_min_refresh_interval_seconds) {
             return Err("jwks_min_refresh_interval_seconds must be between 1 and 3600".into());
@@ -315,7 +317,10 @@ mod tests {
                 None => assert_eq!(result, Ok(()), "{why}"),
                 Some(needle) => {
                     let message = result.expect_err(why);
-                    assert!(message.contains(needle), "{why}: {message:?} lacks {needle:?}");
+                    assert!(
+                        message.to_string().contains(needle),
+                        "{why}: {message:?} lacks {needle:?}"
+                    );
                 }
             }
         }

@@ -113,7 +113,7 @@ pub enum KeySourceError {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
     #[error("invalid auth configuration: {0}")]
-    Config(String),
+    Config(foldgate_domain::ConfigError),
     #[error("cannot read public_key_file {}", path.display())]
     ReadKey {
         path: PathBuf,

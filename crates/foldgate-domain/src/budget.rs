@@ -43,7 +43,7 @@ impl Default for BudgetPolicy {
 
 impl BudgetPolicy {
     /// Checks that the policy itself makes sense (operator input).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
         if self.min_branch_budget == 0 {
             return Err("min_branch_budget must be at least 1".into());
         }
@@ -53,13 +53,14 @@ impl BudgetPolicy {
             return Err(format!(
                 "budgets must satisfy min_branch_budget ({}) <= default_budget ({}) <= max_budget ({})",
                 self.min_branch_budget, self.default_budget, self.max_budget
-            ));
+            ).into());
         }
         if self.session_budget < self.min_branch_budget {
             return Err(format!(
                 "session_budget ({}) is below min_branch_budget ({})",
                 self.session_budget, self.min_branch_budget
-            ));
+            )
+            .into());
         }
         // Budgets are stored as signed 64-bit integers.
         if i64::try_from(self.session_budget.max(self.max_budget)).is_err() {

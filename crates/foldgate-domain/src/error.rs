@@ -20,6 +20,37 @@ impl InvalidInput {
     }
 }
 
+/// A setting that is missing, malformed or out of range, as `validate`
+/// and configuration loading report it: the message names the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+
+    /// The same error, placed in a section of the configuration
+    /// (`[api]`, `[[upstreams]] "docs"`).
+    #[must_use]
+    pub fn within(self, section: &str) -> Self {
+        Self(format!("{section} {}", self.0))
+    }
+}
+
+impl From<String> for ConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
 /// The stable, machine-readable error codes of the folding contract.
 ///
 /// These strings are part of the public interface (tool results carry them as

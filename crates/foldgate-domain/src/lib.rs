@@ -24,7 +24,7 @@ pub use branch::{Branch, BranchStatus, EndReason, Outcome};
 pub use budget::{Allocation, BudgetPolicy, BudgetRequest, Consumption, Ledger, Tokens};
 pub use caller::Caller;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{ErrorCode, InvalidInput};
+pub use error::{ConfigError, ErrorCode, InvalidInput};
 pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
 pub use limits::{LimitKind, Limits};
 pub use run::{BranchKind, ReturnTier};

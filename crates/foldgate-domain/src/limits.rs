@@ -31,7 +31,7 @@ impl Default for Limits {
 
 impl Limits {
     /// Checks that the limits themselves make sense (operator input).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
         if self.max_active_per_session == 0
             || self.max_active_per_tenant == 0
             || self.max_active_total == 0

@@ -24,7 +24,7 @@ impl Default for TimeoutPolicy {
 
 impl TimeoutPolicy {
     /// Checks that the policy itself makes sense (operator input).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
         if self.default_seconds == 0 || self.max_seconds == 0 {
             return Err("timeouts must be at least 1 second".into());
         }
@@ -32,7 +32,8 @@ impl TimeoutPolicy {
             return Err(format!(
                 "default timeout ({}s) exceeds the maximum ({}s)",
                 self.default_seconds, self.max_seconds
-            ));
+            )
+            .into());
         }
         Ok(())
     }

@@ -46,7 +46,7 @@ impl Default for FoldingConfig {
 
 impl FoldingConfig {
     /// Checks the settings, naming the first one that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         self.budget.validate()?;
         self.timeout.validate()?;
         self.limits.validate()?;
@@ -102,14 +102,14 @@ impl Default for SupervisorConfig {
 const MAX_SUPERVISOR_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 impl SupervisorConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         for (name, value) in [
             ("deadline_poll_interval", self.deadline_poll_interval),
             ("idle_poll_interval", self.idle_poll_interval),
             ("claim_lease", self.claim_lease),
         ] {
             if value.is_zero() || value > MAX_SUPERVISOR_INTERVAL {
-                return Err(format!("supervisor {name} must be between 1 ms and 24 h"));
+                return Err(format!("supervisor {name} must be between 1 ms and 24 h").into());
             }
         }
         if self.batch_size == 0 {

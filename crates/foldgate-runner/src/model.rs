@@ -113,7 +113,7 @@ impl fmt::Debug for ModelConfig {
 
 impl ModelConfig {
     /// Checks the declaration (without resolving `${VAR}`s).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         let name = &self.name;
         if name.is_empty()
             || name.len() > 64
@@ -121,12 +121,13 @@ impl ModelConfig {
         {
             return Err(format!(
                 "name {name:?}: 1-64 letters, digits, `-`, `_` or `.` are allowed"
-            ));
+            )
+            .into());
         }
         let url = reqwest::Url::parse(&self.base_url)
             .map_err(|e| format!("base_url {:?}: {e}", self.base_url))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!("base_url {:?}: must be http or https", self.base_url));
+            return Err(format!("base_url {:?}: must be http or https", self.base_url).into());
         }
         if self.model.is_empty() {
             return Err("model must not be empty".into());
@@ -571,7 +572,7 @@ impl Models {
         let mut list = Vec::with_capacity(configs.len());
         for config in configs {
             let at = |e: String| format!("model {:?}: {e}", config.name);
-            config.validate().map_err(at)?;
+            config.validate().map_err(|e| at(e.to_string()))?;
             if list.iter().any(|m: &Arc<Model>| m.config.name == config.name) {
                 return Err(at("the name is used twice".into()));
             }
@@ -662,7 +663,7 @@ mod tests {
             (ModelConfig { timeout_seconds: 3_601, ..good.clone() }, "timeout_seconds"),
         ] {
             let err = bad.validate().unwrap_err();
-            assert!(err.contains(why), "{why}: {err}");
+            assert!(err.to_string().contains(why), "{why}: {err}");
         }
     }
 

@@ -61,7 +61,7 @@ impl Default for RunnerConfig {
 }
 
 impl RunnerConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         if !(3..=3_600).contains(&self.lease_seconds) {
             return Err("lease_seconds must be between 3 and 3600".into());
         }

@@ -52,7 +52,7 @@ impl Default for TelemetryConfig {
 }
 
 impl TelemetryConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         if self.store_poll_interval < Duration::from_millis(10)
             || self.store_poll_interval > Duration::from_secs(3600)
         {

@@ -143,7 +143,7 @@ impl UpstreamConfig {
     }
 
     /// Checks the declaration (without resolving `${VAR}`s).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         let name = &self.name;
         let valid_name = !name.is_empty()
             && name.len() <= 32
@@ -153,7 +153,7 @@ impl UpstreamConfig {
         if !valid_name {
             return Err(format!(
                 "name {name:?} must be 1 to 32 letters, digits, '-' or '_', without \"__\" and not ending in '_'"
-            ));
+            ).into());
         }
         check_url("url", &self.url)?;
         if self.timeout_seconds == 0 || self.timeout_seconds > 3600 {
@@ -172,7 +172,7 @@ impl UpstreamConfig {
             let parsed = http::HeaderName::from_bytes(header.as_bytes())
                 .map_err(|_| format!("headers: {header:?} is not a header name"))?;
             if RESERVED_HEADERS.contains(&parsed.as_str()) {
-                return Err(format!("headers: {header:?} is set by foldgate itself"));
+                return Err(format!("headers: {header:?} is set by foldgate itself").into());
             }
             if parsed == http::header::AUTHORIZATION && self.oauth.is_some() {
                 return Err("headers: Authorization conflicts with oauth".into());
@@ -272,8 +272,9 @@ mod tests {
         );
         assert!(u.serves_tenant("acme") && !u.serves_tenant("other"));
         assert!(u.offers("read") && !u.offers("write"));
-        let bad =
-            |src: &str| toml_upstream(&format!("name = \"f\"\n{src}")).validate().unwrap_err();
+        let bad = |src: &str| {
+            toml_upstream(&format!("name = \"f\"\n{src}")).validate().unwrap_err().to_string()
+        };
         assert!(bad("url = \"ftp://h\"").contains("http"));
         assert!(bad("url = \"http://h\"\ntimeout_seconds = 0").contains("timeout"));
         assert!(bad("url = \"http://h\"\ntenants = []").contains("tenants"));

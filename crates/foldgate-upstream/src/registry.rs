@@ -339,7 +339,7 @@ impl Upstreams {
         let mut list = Vec::with_capacity(configs.len());
         for config in configs {
             let at = |e: String| format!("upstream {:?}: {e}", config.name);
-            config.validate().map_err(at)?;
+            config.validate().map_err(|e| at(e.to_string()))?;
             if list.iter().any(|u: &Arc<Upstream>| u.config.name == config.name) {
                 return Err(at("the name is used twice".into()));
             }

@@ -13,6 +13,7 @@ use foldgate_api::{
     auth::AuthConfig,
     upstream::{UpstreamConfig, expand_env},
 };
+use foldgate_domain::ConfigError;
 use foldgate_engine::{FoldingConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
@@ -144,7 +145,7 @@ impl Config {
     pub fn load(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConfigError> {
         let mut table = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -168,8 +169,9 @@ impl Config {
         Ok(config)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
-        let section = |name: &str, r: Result<(), String>| r.map_err(|e| format!("[{name}] {e}"));
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let section =
+            |name: &str, r: Result<(), ConfigError>| r.map_err(|e| e.within(&format!("[{name}]")));
         section("api", self.api.validate())?;
         section("folding", self.folding.validate())?;
         section("supervisor", self.supervisor.validate())?;
@@ -182,24 +184,25 @@ impl Config {
             return Err(format!(
                 "auth_mode = \"none\" is only allowed on a loopback address, not {}",
                 self.listen
-            ));
+            )
+            .into());
         }
         if self.database.max_connections == 0 {
             return Err("[database] max_connections must be at least 1".into());
         }
         foldgate_store::Backend::of_url(&self.database_url).map_err(|e| e.to_string())?;
         for (i, upstream) in self.upstreams.iter().enumerate() {
-            let at = |e: String| format!("[[upstreams]] {:?}: {e}", upstream.name);
-            upstream.validate().map_err(at)?;
+            let section = format!("[[upstreams]] {:?}:", upstream.name);
+            upstream.validate().map_err(|e| e.within(&section))?;
             if self.upstreams[..i].iter().any(|u| u.name == upstream.name) {
-                return Err(at("the name is used twice".into()));
+                return Err(ConfigError::new("the name is used twice").within(&section));
             }
         }
         for (i, model) in self.models.iter().enumerate() {
-            let at = |e: String| format!("[[models]] {:?}: {e}", model.name);
-            model.validate().map_err(at)?;
+            let section = format!("[[models]] {:?}:", model.name);
+            model.validate().map_err(|e| e.within(&section))?;
             if self.models[..i].iter().any(|m| m.name == model.name) {
-                return Err(at("the name is used twice".into()));
+                return Err(ConfigError::new("the name is used twice").within(&section));
             }
         }
         Ok(())
@@ -210,7 +213,7 @@ impl Config {
     fn check_upstream_credentials(
         &self,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConfigError> {
         for upstream in &self.upstreams {
             let at =
                 |field: &str, e: String| format!("[[upstreams]] {:?}: {field}: {e}", upstream.name);
@@ -247,7 +250,7 @@ impl Config {
 /// that log but read no configuration file (`migrate`).
 pub fn telemetry_from_env(
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<TelemetryConfig, String> {
+) -> Result<TelemetryConfig, ConfigError> {
     let mut table = Table::new();
     for (name, value) in env {
         if let Some(path) =
@@ -259,7 +262,7 @@ pub fn telemetry_from_env(
     let telemetry = table.remove("telemetry").unwrap_or_else(|| Value::Table(Table::new()));
     let config: TelemetryConfig = serde_path_to_error::deserialize(telemetry)
         .map_err(|e| format!("configuration: telemetry.{}: {}", e.path(), e.inner().message()))?;
-    config.validate().map_err(|e| format!("[telemetry] {e}"))?;
+    config.validate().map_err(|e| e.within("[telemetry]"))?;
     Ok(config)
 }
 
@@ -301,7 +304,7 @@ fn is_service_link(rest: &str) -> bool {
     })
 }
 
-fn set(table: &mut Table, path: &[String], raw: String) -> Result<(), String> {
+fn set(table: &mut Table, path: &[String], raw: String) -> Result<(), ConfigError> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(());
     };
@@ -410,7 +413,7 @@ mod tests {
             // A 10-byte secret is refused by the auth checks: that is a
             // validation message, which is the point of this case too.
             Err(e) => {
-                assert!(e.contains("[auth]"), "{e}");
+                assert!(e.to_string().contains("[auth]"), "{e}");
                 Config::load(
                     Some(&path),
                     env(&[
@@ -459,9 +462,9 @@ mod tests {
             (&[("FOLDGATE_TELEMETRY__STORE_POLL_INTERVAL", "0")][..], "store_poll_interval"),
         ] {
             let err = Config::load(None, env(vars)).unwrap_err();
-            assert!(err.contains(expected), "{vars:?}: {err}");
+            assert!(err.to_string().contains(expected), "{vars:?}: {err}");
             let err = telemetry_from_env(env(vars)).unwrap_err();
-            assert!(err.contains(expected), "{vars:?}: {err}");
+            assert!(err.to_string().contains(expected), "{vars:?}: {err}");
         }
     }
 
@@ -477,7 +480,7 @@ mod tests {
         ];
         for (vars, expected) in cases {
             let err = Config::load(None, env(vars)).unwrap_err();
-            assert!(err.contains(expected), "{vars:?}: {err}");
+            assert!(err.to_string().contains(expected), "{vars:?}: {err}");
         }
     }
 }
