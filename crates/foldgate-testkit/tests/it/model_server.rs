@@ -1,6 +1,5 @@
 //! The scripted model server, driven by the `genai` client the gateway uses:
 //! what it serves must parse there the way the real providers' answers do.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::time::{Duration, Instant};
 

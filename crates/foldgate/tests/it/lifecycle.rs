@@ -1,12 +1,11 @@
 //! Starting with no configuration, and stopping cleanly.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
-mod common;
-
-use common::{Era, call, client, ok};
-use foldgate::{config::Config, serve};
+use foldgate::config::Config;
 use foldgate_telemetry::Telemetry;
-use foldgate_testkit::TestDb;
+use foldgate_testkit::{
+    TestDb,
+    gateway::{Era, TestGateway, call, client, ok, serve_on_loopback},
+};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -14,9 +13,7 @@ async fn zero_config_prints_a_token_that_works() {
     let db = TestDb::sqlite().await;
     // Nothing configured but where the database file goes.
     let config = Config { database_url: db.url.clone(), ..Config::default() };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = serve::start(config, listener, ops, Telemetry::local()).await.unwrap();
+    let running = serve_on_loopback(config, Telemetry::local()).await;
     let dev = running.dev_token.clone().expect("a development token");
     assert!(dev.secret.len() >= 32);
 
@@ -31,7 +28,7 @@ async fn zero_config_prints_a_token_that_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_lets_requests_finish_and_closes_the_listener() {
-    let gw = common::TestGateway::start(foldgate_testkit::Backend::Sqlite).await;
+    let gw = TestGateway::start(foldgate_testkit::Backend::Sqlite).await;
     let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
     let created =
         ok(&call(&agent, "branch_create", json!({"session_id": "s", "description": "d"})).await);

@@ -1,6 +1,5 @@
 //! A process using the engine is killed with SIGKILL; a new process on the
 //! same database fires on startup every deadline that passed meanwhile.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::{
     collections::HashMap,

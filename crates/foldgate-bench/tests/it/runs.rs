@@ -1,11 +1,10 @@
 //! `foldgate-bench runs` against a real gateway (in process, on SQLite)
 //! configured as the bench configures the one it starts: runs one at a time
 //! split into their parts, and a level of runs at once with its samples.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::time::Duration;
 
-use foldgate::{config::Config, serve};
+use foldgate::config::Config;
 use foldgate_bench::{
     load::Auth,
     process::BENCH_GATEWAY_CONFIG,
@@ -15,7 +14,7 @@ use foldgate_bench::{
     },
 };
 use foldgate_telemetry::Telemetry;
-use foldgate_testkit::{Backend, TestDb};
+use foldgate_testkit::{Backend, TestDb, gateway::serve_on_loopback};
 
 const SECRET: &str = "bench-runs-signing-secret-0123456789abcdef";
 
@@ -34,9 +33,7 @@ async fn runs_are_split_into_their_parts_and_sampled_at_once() {
         ("FOLDGATE_JWT_SECRET".to_owned(), SECRET.to_owned()),
     ];
     let config = Config::load(Some(&path), env).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = serve::start(config, listener, ops, Telemetry::local()).await.unwrap();
+    let running = serve_on_loopback(config, Telemetry::local()).await;
     let target = RunTarget {
         url: running.mcp_url.clone(),
         ops_url: Some(format!("http://{}", running.ops_addr)),

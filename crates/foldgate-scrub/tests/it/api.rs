@@ -2,9 +2,6 @@
 //! fail-closed limits and what reports reveal.
 
 // Helpers outside #[test] functions fail loudly too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::io::Write as _;
 
@@ -16,7 +13,7 @@ fn builtin() -> RuleSet {
 }
 
 fn ghp(seed: &str) -> String {
-    common::secret("ghp_{an:36}", seed)
+    crate::common::secret("ghp_{an:36}", seed)
 }
 
 const OPERATOR_RULES: &str = r#"
@@ -42,7 +39,7 @@ fn text_redaction_keeps_surrounding_structure() {
 
 #[test]
 fn secret_group_limits_redaction_to_the_secret() {
-    let pw = common::secret("{an:16}", "url");
+    let pw = crate::common::secret("{an:16}", "url");
     let out = builtin().scrub_text(&format!("postgres://app:{pw}@db.internal:5432/app")).unwrap();
     assert_eq!(out.text, "postgres://app:[REDACTED:url-credentials]@db.internal:5432/app");
 }
@@ -51,7 +48,7 @@ fn secret_group_limits_redaction_to_the_secret() {
 fn every_occurrence_of_a_found_value_is_redacted() {
     // The value is only recognisable next to `password=`, but its echo in
     // the log line must go too.
-    let pw = common::secret("{an:14}", "echo");
+    let pw = crate::common::secret("{an:14}", "echo");
     let text = format!("password={pw}\nlogin attempt with {pw} failed\n");
     let out = builtin().scrub_text(&text).unwrap();
     assert!(!out.text.contains(&pw), "{}", out.text);
@@ -62,7 +59,7 @@ fn every_occurrence_of_a_found_value_is_redacted() {
 fn overlapping_findings_merge_without_exposing_parts() {
     // A JWT inside a Bearer header inside a generic assignment: three rules,
     // one redaction, nothing left over.
-    let jwt = common::secret("eyJhbGciOiJIUzI1NiJ9.eyJ{b64u:40}.{b64u:43}", "jwt");
+    let jwt = crate::common::secret("eyJhbGciOiJIUzI1NiJ9.eyJ{b64u:40}.{b64u:43}", "jwt");
     let text = format!("auth_token: Bearer {jwt}");
     let out = builtin().scrub_text(&text).unwrap();
     assert!(!out.text.contains("eyJ"), "{}", out.text);
@@ -154,7 +151,7 @@ fn json_keys_are_scrubbed_and_stay_unique() {
 
 #[test]
 fn json_output_stays_valid_json() {
-    let key = common::secret(
+    let key = crate::common::secret(
         "-----BEGIN PRIVATE KEY-----\n{b64:64}\n{b64:64}\n-----END PRIVATE KEY-----\n",
         "sa",
     );
@@ -340,7 +337,7 @@ fn config_selects_builtin_file_or_both() {
         RuleSet::from_config(&ScrubConfig { use_builtin: true, rules_file: Some(path.clone()) })
             .unwrap();
     assert_eq!(both.rule_count(), builtin_count + 1);
-    let token = common::secret("acme_{loan:24}", "acme");
+    let token = crate::common::secret("acme_{loan:24}", "acme");
     let text = format!("{token} {}", ghp("both"));
     let out = both.scrub_text(&text).unwrap();
     assert_eq!(out.text, "[REDACTED:acme-internal-token] [REDACTED:github-pat]");

@@ -2,7 +2,6 @@
 //! schema) and a real baseline echo server: a short fold run and an echo
 //! run produce a complete report, and the run's branches check out in the
 //! database.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use foldgate_bench::{
     verify::{VerifyOptions, verify},
 };
 use foldgate_telemetry::Telemetry;
-use foldgate_testkit::{Backend, TestDb};
+use foldgate_testkit::{Backend, TestDb, gateway::serve_on_loopback};
 
 const SECRET: &str = "bench-smoke-signing-secret-0123456789abcdef";
 
@@ -26,9 +25,7 @@ async fn gateway(db: &TestDb) -> serve::Running {
     config.api.rate_limit.burst = 100_000;
     config.folding.limits.creations_per_minute = 100_000;
     config.supervisor.idle_poll_interval = Duration::from_secs(3600);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ops = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    serve::start(config, listener, ops, Telemetry::local()).await.unwrap()
+    serve_on_loopback(config, Telemetry::local()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,8 @@
 //! The gateway over real HTTP with rmcp's client, in both protocol eras:
 //! a fold as a model would do it.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
-mod common;
-
-use common::{Era, TestGateway, call, client, ok, refusal};
 use foldgate_testkit::Backend;
+use foldgate_testkit::gateway::{Era, TestGateway, call, client, ok, refusal};
 use serde_json::json;
 
 async fn full_fold(backend: Backend, era: Era) {

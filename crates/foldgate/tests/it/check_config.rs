@@ -1,6 +1,5 @@
 //! `foldgate check-config` as a process: what it reports of a valid
 //! configuration (never a credential), and how it refuses a bad one.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::process::{Command, Output};
 

@@ -5,7 +5,7 @@
 //! every run sees the same format-valid but meaningless values.
 
 #![allow(dead_code)]
-// Each test binary uses a different part of this module.
+// The scrub benchmark uses a part of this module.
 // Test support: a broken template should stop the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,5 +1,4 @@
 //! The `foldgate` command as a process: `migrate` against real databases, and `serve` stopping on SIGTERM.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::process::Command;
 
