@@ -51,20 +51,10 @@ fn reports_an_unreachable_database() {
 
 #[test]
 fn serve_stops_cleanly_on_sigterm() {
-    use std::io::{BufRead, BufReader};
-
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(FOLDGATE)
-        .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env_remove("DATABASE_URL")
-        .env_remove("FOLDGATE_JWT_SECRET")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    let (mut child, first, _output) = crate::spawn_serve(|c| {
+        c.current_dir(dir.path());
+    });
     assert!(first.starts_with("foldgate is serving MCP at http://127.0.0.1:"), "{first}");
     assert!(dir.path().join("foldgate.db").exists(), "zero-config uses ./foldgate.db");
 

@@ -382,16 +382,7 @@ async fn runs_are_checked_at_the_edge() {
         env(Backend::Sqlite, Provider::Openai, false, |_| {}).await;
     let http = reqwest::Client::new();
     let post = |token: String, method: &'static str, name: &'static str, params: Value| {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        http.post(&gw.url)
-            .bearer_auth(token)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", method)
-            .header("Mcp-Name", name)
-            .body(body.to_string())
-            .send()
+        modern_request(&http, &gw.url, &token, method, name, params).send()
     };
     let writer = gw.write_token("acme", "alice");
     for (args, field) in [

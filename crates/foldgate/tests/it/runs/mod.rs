@@ -268,11 +268,17 @@ fn tool_params(tool: &str, arguments: Value, tasks: bool) -> Value {
     })
 }
 
-/// A 2026-07-28 request, its JSON answer.
-async fn post_modern(url: &str, token: &str, method: &str, name: &str, params: Value) -> Value {
+/// A 2026-07-28 request (JSON-RPC id 1) on `http`.
+fn modern_request(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    method: &str,
+    name: &str,
+    params: Value,
+) -> reqwest::RequestBuilder {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let reply = reqwest::Client::new()
-        .post(url)
+    http.post(url)
         .bearer_auth(token)
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
@@ -280,9 +286,12 @@ async fn post_modern(url: &str, token: &str, method: &str, name: &str, params: V
         .header("Mcp-Method", method)
         .header("Mcp-Name", name)
         .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+}
+
+/// A 2026-07-28 request, its JSON answer.
+async fn post_modern(url: &str, token: &str, method: &str, name: &str, params: Value) -> Value {
+    let http = reqwest::Client::new();
+    let reply = modern_request(&http, url, token, method, name, params).send().await.unwrap();
     let status = reply.status();
     let text = reply.text().await.unwrap();
     assert!(status.is_success(), "{method}: {status} {text}");

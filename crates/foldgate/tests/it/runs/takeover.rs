@@ -7,8 +7,6 @@ use super::*;
 /// replays the written steps and completes it; each step is booked once.
 #[tokio::test]
 async fn a_run_survives_the_death_of_its_replica() {
-    use std::io::{BufRead, BufReader};
-
     const AUDIENCE: &str = "foldgate-takeover";
     let model = ModelServer::start().await;
     let files = Upstream::start(FILES_AUTH).await;
@@ -33,18 +31,9 @@ async fn a_run_survives_the_death_of_its_replica() {
     )
     .unwrap();
     let start = || {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--config"])
-            .arg(&config)
-            .env_remove("DATABASE_URL")
-            .env_remove("FOLDGATE_JWT_SECRET")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
+        let (child, first, _) = crate::spawn_serve(|c| {
+            c.arg("--config").arg(&config).env("RUST_LOG", "warn");
+        });
         let url = first.strip_prefix("foldgate is serving MCP at ").unwrap().to_owned();
         (child, url)
     };

@@ -127,23 +127,19 @@ fn last_points(
                             None => f64::NAN,
                         }
                     };
+                    let numbers =
+                        |points: &[opentelemetry_proto::tonic::metrics::v1::NumberDataPoint]| -> Vec<Point> {
+                            points
+                                .iter()
+                                .map(|p| Point {
+                                    attributes: attributes(&p.attributes),
+                                    value: number(p),
+                                })
+                                .collect()
+                        };
                     let points: Vec<Point> = match metric.data.as_ref().unwrap() {
-                        Data::Sum(s) => s
-                            .data_points
-                            .iter()
-                            .map(|p| Point {
-                                attributes: attributes(&p.attributes),
-                                value: number(p),
-                            })
-                            .collect(),
-                        Data::Gauge(g) => g
-                            .data_points
-                            .iter()
-                            .map(|p| Point {
-                                attributes: attributes(&p.attributes),
-                                value: number(p),
-                            })
-                            .collect(),
+                        Data::Sum(s) => numbers(&s.data_points),
+                        Data::Gauge(g) => numbers(&g.data_points),
                         Data::Histogram(h) => h
                             .data_points
                             .iter()

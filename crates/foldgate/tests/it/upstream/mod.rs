@@ -57,8 +57,8 @@ fn notes_config(url: &str) -> UpstreamConfig {
     ))
 }
 
-#[tokio::test]
-async fn tools_are_namespaced_filtered_by_tenant_scope_and_allow_list() {
+/// The files upstream for acme and notes for everyone, behind a gateway.
+async fn files_and_notes() -> (Upstream, Upstream, TestGateway) {
     let files = Upstream::start(FILES_AUTH).await;
     let notes = Upstream::start("Bearer notes-secret").await;
     let gw = TestGateway::with_upstreams(
@@ -66,6 +66,12 @@ async fn tools_are_namespaced_filtered_by_tenant_scope_and_allow_list() {
         vec![acme_files(&files.url()), notes_config(&notes.url())],
     )
     .await;
+    (files, notes, gw)
+}
+
+#[tokio::test]
+async fn tools_are_namespaced_filtered_by_tenant_scope_and_allow_list() {
+    let (files, notes, gw) = files_and_notes().await;
 
     let acme = gw.agent(Era::Legacy).await;
     let names = tools_until(&acme, |n| {
@@ -231,13 +237,7 @@ async fn bad_arguments_unknown_tools_and_missing_scopes_are_refused_over_http() 
 
 #[tokio::test]
 async fn a_failing_upstream_drops_out_and_comes_back() {
-    let files = Upstream::start(FILES_AUTH).await;
-    let notes = Upstream::start("Bearer notes-secret").await;
-    let gw = TestGateway::with_upstreams(
-        Backend::Sqlite,
-        vec![acme_files(&files.url()), notes_config(&notes.url())],
-    )
-    .await;
+    let (files, notes, gw) = files_and_notes().await;
     let agent = gw.agent(Era::Legacy).await;
     tools_until(&agent, |n| {
         n.contains(&"files__echo".to_owned()) && n.contains(&"notes__echo".to_owned())
