@@ -338,9 +338,8 @@ impl Gate {
         }
     }
 
-    /// Waits until no other gateway runs, then keeps the others out until
-    /// dropped (they wait; a gateway that runs alone waits its turn among
-    /// the others, so none waits forever).
+    /// Waits for a moment no other gateway runs, then keeps the others
+    /// out until dropped (they wait to start; none is stopped).
     pub async fn alone() -> Self {
         let mut watching = GATES.subscribe();
         loop {

@@ -16,10 +16,17 @@
 //! dev-dependency (with that feature), never as a normal one, so the
 //! normal dependency graph has no cycle: Cargo builds `foldgate`'s library
 //! first, then this crate on top of it, then `foldgate`'s tests on both.
-//! The engine's, runner's and upstream crate's tests use this crate
-//! without the feature and so do not build the gateway for it. The bench
-//! depends on it normally: its baseline echo server and its model server
-//! are the ones here.
+//! A dependency of this crate on `foldgate` without the feature would
+//! also be no cycle, but it would make every crate whose tests use this
+//! one (the engine, the runner, the upstream client) build the whole
+//! gateway for `cargo test -p` of it; with the feature they do not (a
+//! `--workspace` build unifies features and builds this crate once, with
+//! it).
+//!
+//! The bench depends on this crate normally, without the feature: its
+//! baseline echo server is [`upstream`]'s server and its model server is
+//! [`model_server`]. Its tests, like `foldgate`'s, add the feature as a
+//! dev-dependency.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
 
 #[cfg(feature = "gateway")]
