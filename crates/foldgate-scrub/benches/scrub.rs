@@ -3,7 +3,7 @@
 // A benchmark whose setup is broken should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::hint::black_box;

@@ -1,12 +1,70 @@
 //! Test support: a fresh database per test on either backend, a folding
-//! service wired to it, and principals.
+//! service wired to it, and principals; [`on_both_backends!`] to run a test
+//! on each backend; an MCP server to put behind the gateway ([`upstream`]);
+//! a scripted model provider ([`model_server`]); and, with the `gateway`
+//! feature, the real gateway started for a test ([`gateway`]).
 //!
 //! Postgres tests need a server; the URL comes from
 //! `FOLDGATE_TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
 //! A test that cannot reach it fails: it never skips.
+//!
+//! # Where this crate sits
+//!
+//! It depends on the crates below the binary (domain, store, engine) for
+//! everything, and on the `foldgate` crate itself only for the gateway
+//! harness, behind the `gateway` feature. `foldgate` names this crate as a
+//! dev-dependency (with that feature), never as a normal one, so the
+//! normal dependency graph has no cycle: Cargo builds `foldgate`'s library
+//! first, then this crate on top of it, then `foldgate`'s tests on both.
+//! A dependency of this crate on `foldgate` without the feature would
+//! also be no cycle, but it would make every crate whose tests use this
+//! one (the engine, the runner, the upstream client) build the whole
+//! gateway for `cargo test -p` of it; with the feature they do not (a
+//! `--workspace` build unifies features and builds this crate once, with
+//! it).
+//!
+//! The bench depends on this crate normally, without the feature: its
+//! baseline echo server is [`upstream`]'s server and its model server is
+//! [`model_server`]. Its tests, like `foldgate`'s, add the feature as a
+//! dev-dependency.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
 
+#[cfg(feature = "gateway")]
+pub mod gateway;
 pub mod model_server;
+pub mod upstream;
+
+/// A test on each backend (`postgres::name`, `sqlite::name`) for each
+/// `async fn name(backend: Backend)` named; by default a `#[tokio::test]`,
+/// or the test attribute given first:
+///
+/// ```text
+/// on_both_backends!(#[tokio::test(flavor = "multi_thread", worker_threads = 4)] a, b);
+/// ```
+#[macro_export]
+macro_rules! on_both_backends {
+    (#[$test:meta] $($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[$test]
+                async fn $name() {
+                    super::$name($crate::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[$test]
+                async fn $name() {
+                    super::$name($crate::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+    ($($name:ident),* $(,)?) => {
+        $crate::on_both_backends!(#[tokio::test] $($name),*);
+    };
+}
 
 use std::{
     sync::{Arc, OnceLock},

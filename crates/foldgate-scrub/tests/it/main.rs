@@ -1,0 +1,9 @@
+//! The scrubber's integration tests, in one binary: its API, the built-in
+//! rules against their samples, a generated corpus, and gitleaks configs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+mod api;
+mod builtin_rules;
+mod common;
+mod corpus;
+mod gitleaks_config;

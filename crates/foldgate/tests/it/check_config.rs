@@ -1,0 +1,132 @@
+//! `foldgate check-config` as a process: what it reports of a valid
+//! configuration (never a credential), and how it refuses a bad one.
+
+use std::process::{Command, Output};
+
+const FOLDGATE: &str = env!("CARGO_BIN_EXE_foldgate");
+
+/// Runs `check-config` on `toml` with exactly `env` as the environment.
+fn check_config(toml: &str, env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foldgate.toml");
+    std::fs::write(&path, toml).unwrap();
+    Command::new(FOLDGATE)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+const MODELS: &str = r#"
+[[upstreams]]
+name = "files"
+url = "http://127.0.0.1:9000/mcp"
+tenants = ["acme"]
+[upstreams.headers]
+Authorization = "Bearer ${FILES_TOKEN}"
+
+[[models]]
+name = "default"
+provider = "openai"
+base_url = "http://127.0.0.1:8000/v1"
+model = "test-model"
+api_key = "${LLM_API_KEY}"
+tenants = ["acme", "beta"]
+
+[[models]]
+name = "claude"
+provider = "anthropic"
+base_url = "https://llm:url-password@llm.example.com/v1?key=query-secret"
+model = "claude-test"
+api_key = "${LLM_API_KEY}"
+
+[[models]]
+name = "embed"
+provider = "openai"
+base_url = "http://127.0.0.1:8000/v1"
+model = "embed-model"
+embeddings = true
+"#;
+
+#[test]
+fn names_the_models_and_upstreams_per_tenant_and_never_a_credential() {
+    let out = check_config(
+        MODELS,
+        &[("LLM_API_KEY", "sk-model-key-never-shown"), ("FILES_TOKEN", "files-token-never-shown")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "configuration is valid (database sqlite://foldgate.db)",
+            "upstreams: files (http://127.0.0.1:9000/mcp, tenants: acme)",
+            "models: default (openai, http://127.0.0.1:8000/v1, model test-model, tenants: acme, beta); \
+             claude (anthropic, https://***@llm.example.com/v1?…, model claude-test, every tenant); \
+             embed (openai, http://127.0.0.1:8000/v1, model embed-model, embeddings, every tenant)",
+        ],
+        "{stdout}"
+    );
+    for secret in
+        ["sk-model-key-never-shown", "files-token-never-shown", "url-password", "query-secret"]
+    {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{secret} shown:\n{stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn says_when_there_are_no_models_or_upstreams() {
+    let out = check_config("", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("\nupstreams: none\nmodels: none\n"), "{stdout}");
+}
+
+#[test]
+fn refuses_a_model_whose_key_variable_is_not_set() {
+    let out = check_config(MODELS, &[("FILES_TOKEN", "t")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            r#"[[models]] "default": api_key: environment variable LLM_API_KEY is not set"#
+        ),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn refuses_an_unknown_provider() {
+    let toml = MODELS.replacen(r#"provider = "openai""#, r#"provider = "mistral""#, 1);
+    let out = check_config(&toml, &[("LLM_API_KEY", "k"), ("FILES_TOKEN", "t")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("models") && stderr.contains("provider") && stderr.contains("mistral"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("openai") && stderr.contains("anthropic"), "{stderr}");
+}
+
+#[test]
+fn refuses_a_model_declared_wrongly() {
+    let toml = MODELS.replacen("http://127.0.0.1:8000/v1", "ftp://127.0.0.1/v1", 1);
+    let out = check_config(&toml, &[("LLM_API_KEY", "k"), ("FILES_TOKEN", "t")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            r#"[[models]] "default": base_url "ftp://127.0.0.1/v1": must be http or https"#
+        ),
+        "{stderr}"
+    );
+}
