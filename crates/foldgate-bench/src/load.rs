@@ -26,18 +26,14 @@ use crate::{
     stats::{Live, Measured, Recorder},
 };
 
-pub const BRANCH_CREATE: &str = "branch_create";
-pub const BRANCH_STATUS: &str = "branch_status";
-pub const BRANCH_RETURN: &str = "branch_return";
-pub const SESSION_END: &str = "session_end";
+pub use foldgate_api::names::{
+    BRANCH_CREATE, BRANCH_META_KEY, BRANCH_RETURN, BRANCH_STATUS, SESSION_END,
+};
 
 /// How long a URL that refused a connection is skipped, when there are
 /// others; doubled for each failure in a row, up to `MAX_STRIKES` times.
 const EJECTION: Duration = Duration::from_secs(2);
 const MAX_STRIKES: u32 = 5;
-
-/// The `_meta` key naming the branch an upstream tool call is metered to.
-pub const BRANCH_META_KEY: &str = "foldgate/branch_id";
 
 /// What each agent does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]

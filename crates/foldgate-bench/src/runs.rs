@@ -46,7 +46,7 @@ use crate::{
 };
 
 /// The tool under measurement.
-pub const BRANCH_RUN: &str = "branch_run";
+pub use foldgate_api::names::BRANCH_RUN;
 /// The gateway's name for the bench's echo server.
 pub const UPSTREAM: &str = "echo";
 /// The `[[models]]` entry the runs use.
