@@ -101,18 +101,7 @@ impl InstrumentedStore {
 /// `error.type` of a failed store call: a short, fixed name of what went
 /// wrong (the database's own messages would make unbounded series).
 pub fn error_type(error: &StoreError) -> &'static str {
-    match error {
-        StoreError::Database(sqlx::Error::PoolTimedOut) => "pool_timeout",
-        StoreError::Database(sqlx::Error::PoolClosed) => "pool_closed",
-        StoreError::Database(sqlx::Error::Io(_) | sqlx::Error::Tls(_)) => "connection",
-        StoreError::Database(sqlx::Error::Database(_)) => "database_error",
-        StoreError::Database(_) => "driver_error",
-        StoreError::Migrate(_) => "migration",
-        StoreError::Corrupt(_) => "corrupt_data",
-        StoreError::NotMigrated { .. } => "not_migrated",
-        StoreError::Contended => "contended",
-        StoreError::UnsupportedUrl(_) => "unsupported_url",
-    }
+    error.error_type()
 }
 
 #[async_trait]

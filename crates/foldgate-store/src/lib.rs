@@ -12,6 +12,7 @@
 //! still being `active`: when a return, a deadline and a budget exhaustion
 //! race, exactly one of them changes the row.
 
+mod error;
 mod ops;
 mod postgres;
 mod record;
@@ -29,33 +30,10 @@ use foldgate_domain::{
     EndReason, LimitKind, Limits, ReturnTier, Session, SessionId, Subject, TenantId, Tokens,
 };
 
+pub use error::{ErrorKind, StoreError};
 pub use postgres::PgStore;
 pub use runs::{ModelUsage, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
 pub use sqlite::SqliteStore;
-
-/// What went wrong talking to the database. Refusals that belong to the
-/// folding contract (limits, depth, budget) are not errors here: they are
-/// returned as values ([`CreateRefusal`], [`Finished`]).
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-    #[error("database migration failed")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored value that the domain does not accept: a bug or a manual edit.
-    #[error("stored data is invalid: {0}")]
-    Corrupt(String),
-    #[error(
-        "the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`"
-    )]
-    NotMigrated { applied: Option<i64>, latest: Option<i64> },
-    /// The operation kept losing races with concurrent changes to the same
-    /// session; retrying it shortly will succeed.
-    #[error("too many concurrent changes to one session")]
-    Contended,
-    #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite:")]
-    UnsupportedUrl(String),
-}
 
 /// Where a new branch attaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
