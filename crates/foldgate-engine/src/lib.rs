@@ -11,7 +11,6 @@
 mod clock;
 mod config;
 mod error;
-mod instrumented;
 mod metrics;
 mod scrub;
 mod service;
@@ -22,7 +21,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
-pub use instrumented::InstrumentedStore;
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{
     ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber, scrubber_from_config,
