@@ -108,19 +108,7 @@ pub(crate) fn tool_error(tool: &str, e: &FoldError) -> Result<CallToolResponse, 
 /// server shutting down or refusing connections) rather than that a
 /// statement failed.
 fn database_unreachable(e: &StoreError) -> bool {
-    let StoreError::Database(e) = e else { return false };
-    match e {
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            // Class 08: connection exception; 57P0x: the server is shutting
-            // down or starting; 53300: too many connections.
-            code.starts_with("08") || code.starts_with("57P") || code == "53300"
-        }),
-        _ => false,
-    }
+    e.is_unavailable()
 }
 
 fn unavailable(headers: &mut http::HeaderMap) {

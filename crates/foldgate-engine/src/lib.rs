@@ -10,7 +10,6 @@
 
 mod config;
 mod error;
-mod instrumented;
 mod metrics;
 mod scrub;
 mod service;
@@ -21,7 +20,6 @@ pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
-pub use instrumented::InstrumentedStore;
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{
     ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber, scrubber_from_config,

@@ -12,13 +12,20 @@
 //! still being `active`: when a return, a deadline and a budget exhaustion
 //! race, exactly one of them changes the row.
 
+mod counters;
+pub mod dialect;
+mod error;
+mod metrics;
 mod ops;
 mod postgres;
 mod record;
+mod run_queries;
 mod runs;
-mod sql;
+mod sql_store;
 mod sqlite;
+mod store;
 mod ts;
+mod tx;
 
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
@@ -29,33 +36,11 @@ use foldgate_domain::{
     EndReason, LimitKind, Limits, ReturnTier, Session, SessionId, Subject, TenantId, Tokens,
 };
 
-pub use postgres::PgStore;
+pub use error::{ErrorKind, StoreError};
+pub use postgres::{PgStore, Postgres};
 pub use runs::{ModelUsage, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
-pub use sqlite::SqliteStore;
-
-/// What went wrong talking to the database. Refusals that belong to the
-/// folding contract (limits, depth, budget) are not errors here: they are
-/// returned as values ([`CreateRefusal`], [`Finished`]).
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-    #[error("database migration failed")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored value that the domain does not accept: a bug or a manual edit.
-    #[error("stored data is invalid: {0}")]
-    Corrupt(String),
-    #[error(
-        "the database schema is at migration {applied:?}, this build needs {latest:?}: run `foldgate migrate`"
-    )]
-    NotMigrated { applied: Option<i64>, latest: Option<i64> },
-    /// The operation kept losing races with concurrent changes to the same
-    /// session; retrying it shortly will succeed.
-    #[error("too many concurrent changes to one session")]
-    Contended,
-    #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite:")]
-    UnsupportedUrl(String),
-}
+pub use sqlite::{Sqlite, SqliteStore};
+pub use store::SqlStore;
 
 /// Where a new branch attaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -664,23 +649,47 @@ impl Backend {
 }
 
 /// Connects to the database a URL names. With `migrate`, applies pending
-/// migrations first.
+/// migrations first. Records no metrics (see [`connect_with_meter`]).
 pub async fn connect(
     options: &ConnectOptions,
     migrate: bool,
 ) -> Result<Arc<dyn Store>, StoreError> {
+    connect_metered(options, migrate, None).await
+}
+
+/// [`connect`], and the store records the duration of every call into
+/// `meter` (`foldgate.db.operation.duration`).
+pub async fn connect_with_meter(
+    options: &ConnectOptions,
+    migrate: bool,
+    meter: &opentelemetry::metrics::Meter,
+) -> Result<Arc<dyn Store>, StoreError> {
+    connect_metered(options, migrate, Some(meter)).await
+}
+
+async fn connect_metered(
+    options: &ConnectOptions,
+    migrate: bool,
+    meter: Option<&opentelemetry::metrics::Meter>,
+) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match Backend::of_url(&options.url)? {
         Backend::Postgres => {
-            let store = PgStore::connect(options).await?;
+            let mut store = PgStore::connect(options).await?;
             if migrate {
                 store.migrate().await?;
+            }
+            if let Some(meter) = meter {
+                store = store.with_metrics(meter);
             }
             Arc::new(store)
         }
         Backend::Sqlite => {
-            let store = SqliteStore::connect(options).await?;
+            let mut store = SqliteStore::connect(options).await?;
             if migrate {
                 store.migrate().await?;
+            }
+            if let Some(meter) = meter {
+                store = store.with_metrics(meter);
             }
             Arc::new(store)
         }

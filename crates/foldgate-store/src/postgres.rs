@@ -3,41 +3,29 @@
 //! the supervisor claims work with `FOR UPDATE SKIP LOCKED`, so replicas never
 //! fire the same deadline twice.
 
-use std::{future::Future, time::Duration};
-
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use foldgate_domain::{
-    Branch, BranchId, BranchStatus, Consumption, EndReason, LimitKind, Limits, Session, SessionId,
-    Subject, TenantId, Tokens,
-};
-use sqlx::{PgPool, Postgres, Row, postgres::PgConnectOptions};
+use foldgate_domain::{BranchId, Consumption, TenantId};
+use sqlx::{PgPool, Row, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
-    BatchFinish, CallRecord, CallSummary, ConnectOptions, CreateRefusal, DueBranch, Finish,
-    Finished, IdleSession, ModelUsage, NewBranch, NewRun, NewStep, OutsideUsage, Run, RunState,
-    RunStep, StepKind, StepWritten, Store, StoreError, ToolCalls, check_migrated, due_branch,
-    idle_session,
-    ops::{self, SessionLoad, Tx},
-    record::{BranchRow, SessionRow, branch_columns, db_tokens, ledger, session_columns},
-    runs::{RunRow, StepRow, run_columns},
+    CallRecord, ConnectOptions, StoreError,
+    dialect::{Dialect, Locking},
+    record::{db_tokens, ledger},
+    store::{SqlStore, retry_after_conflict},
     ts::Ts,
+    tx::bind_call,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// How often a transaction that lost a deadlock or serialisation race is
-/// retried before the error is returned.
-const CONFLICT_RETRIES: usize = 5;
+/// The Postgres dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Postgres;
 
-#[derive(Debug, Clone)]
-pub struct PgStore {
-    pool: PgPool,
-    synchronous_metering: bool,
-}
+/// The Postgres store.
+pub type PgStore = SqlStore<Postgres>;
 
-impl PgStore {
+impl SqlStore<Postgres> {
     pub async fn connect(options: &ConnectOptions) -> Result<Self, StoreError> {
         let connect: PgConnectOptions = options.url.parse()?;
         Self::connect_with(connect, options).await
@@ -48,66 +36,89 @@ impl PgStore {
         connect: PgConnectOptions,
         options: &ConnectOptions,
     ) -> Result<Self, StoreError> {
-        let pool = crate::pool_options::<Postgres>(options)
+        let pool: PgPool = crate::pool_options::<sqlx::Postgres>(options)
             .connect_with(connect.application_name("foldgate"))
             .await?;
-        Ok(Self { pool, synchronous_metering: options.synchronous_metering })
+        Ok(Self::new(pool, options.synchronous_metering))
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
     }
+}
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+impl Dialect for Postgres {
+    type DB = sqlx::Postgres;
+
+    const SYSTEM: &'static str = "postgresql";
+
+    fn migrator() -> &'static sqlx::migrate::Migrator {
+        &MIGRATOR
     }
 
-    /// Opens a transaction (for the shared `in_tx`).
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin().await
+    fn pick(statement: &Locking) -> &'static str {
+        statement.postgres
+    }
+
+    async fn begin(
+        pool: &PgPool,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        pool.begin().await
+    }
+
+    /// Postgres aborted the transaction to break a deadlock or a
+    /// serialisation conflict.
+    fn is_retryable(error: &StoreError) -> bool {
+        // 40001 serialization_failure, 40P01 deadlock_detected.
+        error.database_code().is_some_and(|code| code == "40001" || code == "40P01")
     }
 
     /// Charges an upstream call in one statement, and so in one round trip
     /// (see [`METER_CALL`]). The consumption reported is computed here from
     /// the ledger the statement locked, by the same rule the statement
-    /// wrote.
-    async fn meter(
-        &self,
+    /// wrote ([`foldgate_domain::Ledger::consume`]).
+    async fn meter_call(
+        store: &SqlStore<Self>,
         tenant: &TenantId,
         id: BranchId,
         call: &CallRecord,
     ) -> Result<Option<Consumption>, StoreError> {
-        let tokens = call.tokens();
-        let trace_line = Uuid::now_v7();
-        let mut attempt = 0;
-        let row = loop {
-            attempt += 1;
-            let query = sqlx::query(METER_CALL)
-                .bind(tenant.as_str())
-                .bind(id.as_uuid())
-                .bind(db_tokens(tokens))
-                .bind(Ts(call.at))
-                .bind(!self.synchronous_metering)
-                .bind(trace_line);
-            let query = bind_call(query, call).bind(Ts(crate::activity_stale_before(call.at)));
-            let result = query.fetch_optional(&self.pool).await;
-            let result = result.map_err(StoreError::from);
-            if !retry_after_conflict(attempt, &result) {
-                break result?;
-            }
-        };
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let locked = ledger(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)?;
-        Ok(Some(locked.consume(tokens, row.try_get(3)?)))
+        store
+            .timed("meter_call", async {
+                let tokens = call.tokens();
+                let trace_line = Uuid::now_v7();
+                let mut attempt = 0;
+                let row = loop {
+                    attempt += 1;
+                    let query = sqlx::query(METER_CALL)
+                        .bind(tenant.as_str())
+                        .bind(id.as_uuid())
+                        .bind(db_tokens(tokens))
+                        .bind(Ts(call.at))
+                        .bind(!store.synchronous_metering)
+                        .bind(trace_line);
+                    let query =
+                        bind_call(query, call).bind(Ts(crate::activity_stale_before(call.at)));
+                    let result = query.fetch_optional(&store.pool).await;
+                    let result = result.map_err(StoreError::from);
+                    if !retry_after_conflict::<Self, _>(attempt, &result) {
+                        break result?;
+                    }
+                };
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let locked = ledger(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)?;
+                Ok(Some(locked.consume(tokens, row.try_get(3)?)))
+            })
+            .await
     }
 }
 
 /// Charges an upstream call to a branch and appends it to the branch's
-/// trace, as [`ops::meter_call`] does in a transaction of several
-/// statements; here the statement is the transaction.
+/// trace, as [`crate::ops::meter_call`] does in a transaction of
+/// several statements; here the statement is the transaction.
 ///
 /// - `prior` locks the branch if it is active, and computes what
 ///   [`foldgate_domain::Ledger::consume`] grants: the tokens, capped at what
@@ -117,7 +128,7 @@ impl PgStore {
 ///   exhaustion recorded once), only when something was granted or ran out.
 /// - `touched` records activity in the session, to
 ///   [`crate::ACTIVITY_RESOLUTION`] (its row is locked after the
-///   branch's, in the order of [`ops`]).
+///   branch's, in the order of [`crate::ops`]).
 /// - The writes find their rows by key (`$2`, the session id as a scalar)
 ///   rather than by matching `plan`'s columns, so that they are index
 ///   lookups whatever the planner estimates.
@@ -165,20 +176,3 @@ WITH prior AS (\
     FROM relaxed, cut\
 ) \
 SELECT budget, used, reserved, warned FROM plan";
-
-/// Postgres aborted the transaction to break a deadlock or a serialisation
-/// conflict: running it again succeeds.
-fn is_retryable(e: &sqlx::Error) -> bool {
-    // 40001 serialization_failure, 40P01 deadlock_detected.
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code == "40001" || code == "40P01")
-}
-
-crate::sql::sql_backend!(
-    store = PgStore,
-    tx = PgTx,
-    db = Postgres,
-    lock = " FOR UPDATE",
-    skip_locked = " FOR UPDATE SKIP LOCKED",
-);

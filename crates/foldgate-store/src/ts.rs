@@ -7,7 +7,7 @@ use sqlx::{Database, Encode, Postgres, Sqlite, Type, encode::IsNull, error::BoxD
 /// on SQLite fixed-width RFC 3339 text in UTC with milliseconds, which
 /// compares correctly as text. (Both decode back as `DateTime<Utc>`.)
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Ts(pub DateTime<Utc>);
+pub struct Ts(pub DateTime<Utc>);
 
 impl Ts {
     pub fn opt(at: Option<DateTime<Utc>>) -> Option<Self> {

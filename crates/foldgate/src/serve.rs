@@ -11,8 +11,8 @@ use foldgate_api::{
     upstream::Upstreams,
 };
 use foldgate_engine::{
-    EngineMetrics, FoldingService, InstrumentedStore, StoreGauges, SystemClock, TokenCounter,
-    scrubber_from_config, supervisor::Supervisor,
+    EngineMetrics, FoldingService, StoreGauges, SystemClock, TokenCounter, scrubber_from_config,
+    supervisor::Supervisor,
 };
 use foldgate_store::{Backend, ConnectOptions, redact_url};
 use foldgate_telemetry::Telemetry;
@@ -90,12 +90,10 @@ pub async fn start(
         acquire_timeout: config.acquire_timeout(),
         synchronous_metering: config.database.synchronous_metering,
     };
-    let store = foldgate_store::connect(&options, migrate)
+    let store = foldgate_store::connect_with_meter(&options, migrate, &meter)
         .await
         .with_context(|| format!("connecting to {shown}"))?;
     store.ready().await.with_context(|| format!("checking {shown}"))?;
-    let store: Arc<dyn foldgate_store::Store> =
-        Arc::new(InstrumentedStore::new(store, backend, &meter));
     let gauges_stop = CancellationToken::new();
     let gauges = StoreGauges::spawn(
         &meter,

@@ -1,0 +1,4 @@
+//! The store's integration tests, in one binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+mod metrics;
