@@ -28,7 +28,7 @@ use axum::{
 use foldgate_engine::FoldError;
 use foldgate_store::{Store, StoreError};
 use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, ErrorData};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::ArgError;
@@ -45,6 +45,22 @@ pub const UNAVAILABLE: i32 = -32004;
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How often a gateway that lost its database checks whether it is back.
 const OUTAGE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A JSON-RPC error response with an HTTP status.
+pub(crate) fn jsonrpc_error(
+    status: StatusCode,
+    id: Option<&Value>,
+    code: i32,
+    message: &str,
+    data: Option<Value>,
+) -> Response {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error});
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
 
 pub(crate) fn invalid_argument(e: &ArgError) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), Some(json!({"field": e.field, "reason": e.reason})))

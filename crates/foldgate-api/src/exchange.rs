@@ -35,8 +35,8 @@ use tracing::Instrument as _;
 use crate::{
     auth::Authenticated,
     call::Read,
-    error::{Outage, RATE_LIMITED, UNAVAILABLE},
-    guard::{self, GuardState, jsonrpc_error},
+    error::{Outage, RATE_LIMITED, UNAVAILABLE, jsonrpc_error},
+    guard::{self, GuardState},
     metrics::McpMetrics,
     observe::{Answer, Incoming, Operation, ResponseHead},
 };
@@ -64,7 +64,7 @@ pub(crate) async fn mcp_exchange(
         }
         return next.run(req).await;
     }
-    let (mut parts, bytes) = match guard::buffered_request(req).await {
+    let (mut parts, bytes) = match buffered_request(req).await {
         Ok(buffered) => buffered,
         Err(response) => return response,
     };
@@ -106,6 +106,19 @@ pub(crate) async fn mcp_exchange(
         operation.finish(&answer);
     }
     response
+}
+
+/// A request's head and body, which `limit_body` has already read into
+/// memory (so this copies nothing); `Err` is the answer to an unreadable
+/// body.
+async fn buffered_request(req: Request) -> Result<(http::request::Parts, Bytes), Response> {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(_) => {
+            Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None))
+        }
+    }
 }
 
 /// Reads what an answer says (a JSON body is buffered, which rmcp has

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use axum::{
-    body::{Body, Bytes},
+    body::Body,
     extract::{Request, State},
     http::{StatusCode, header},
     middleware::Next,
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use foldgate_engine::FoldingConfig;
 use serde_json::{Value, json};
@@ -18,24 +18,9 @@ use crate::{
     args::{self, ArgError, FoldingTool},
     auth::Authenticated,
     call::{Checked, Read, Target},
+    error::jsonrpc_error,
 };
 use foldgate_upstream::{Lookup, Upstreams};
-
-/// A JSON-RPC error response with an HTTP status.
-pub(crate) fn jsonrpc_error(
-    status: StatusCode,
-    id: Option<&Value>,
-    code: i32,
-    message: &str,
-    data: Option<Value>,
-) -> Response {
-    let mut error = json!({"code": code, "message": message});
-    if let Some(data) = data {
-        error["data"] = data;
-    }
-    let body = json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error});
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-}
 
 /// Reads the whole body, refusing more than `max` bytes with 413.
 pub(crate) async fn limit_body(State(max): State<usize>, req: Request, next: Next) -> Response {
@@ -274,21 +259,6 @@ pub(crate) fn check_message(
         }
         Target::MissingScope(scope) => Err(missing_scope(scope)),
         Target::Unknown => Err(unknown()),
-    }
-}
-
-/// A request's head and body, which `limit_body` has already read into
-/// memory (so this copies nothing); `Err` is the answer to an unreadable
-/// body.
-pub(crate) async fn buffered_request(
-    req: Request,
-) -> Result<(http::request::Parts, Bytes), Response> {
-    let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => Ok((parts, bytes)),
-        Err(_) => {
-            Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None))
-        }
     }
 }
 

@@ -13,7 +13,10 @@ use tower_governor::{
     GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
 };
 
-use crate::{auth::Authenticated, error::RATE_LIMITED, guard::jsonrpc_error};
+use crate::{
+    auth::Authenticated,
+    error::{RATE_LIMITED, jsonrpc_error},
+};
 
 /// How many requests one principal may make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
