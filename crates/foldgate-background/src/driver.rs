@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use opentelemetry::metrics::Meter;
+use opentelemetry::metrics::{Meter, MeterProvider as _, noop::NoopMeterProvider};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -91,6 +91,13 @@ pub struct Driver {
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver").field("board", &self.board).finish_non_exhaustive()
+    }
+}
+
+impl Default for Driver {
+    /// A driver that records no metrics.
+    fn default() -> Self {
+        Self::new(&NoopMeterProvider::new().meter("foldgate"))
     }
 }
 

@@ -17,7 +17,6 @@ use foldgate_store::DueBranch;
 use foldgate_testkit::{
     Backend, FailingScrubber, HeldWrite, ServiceBuilder, TestDb, active_counters, principal,
 };
-use opentelemetry::metrics::{MeterProvider, noop::NoopMeterProvider};
 
 /// Runs each listed test on both backends.
 macro_rules! on_both_backends {
@@ -903,7 +902,7 @@ async fn supervisor_fires_a_deadline_within_a_second(backend: Backend) {
     let db = TestDb::new(backend).await;
     let s = ServiceBuilder::new(db.connect().await).build();
     let alice = principal("acme", "alice");
-    let mut driver = Driver::new(&NoopMeterProvider::new().meter("test"));
+    let mut driver = Driver::default();
     supervisor::register(&mut driver, Arc::clone(&s), SupervisorConfig::default());
     let supervisor = driver.start();
     let mut ids = Vec::new();

@@ -140,6 +140,7 @@ pub async fn start(
             }
             let authenticator =
                 Authenticator::new(&config.auth).await.context("setting up authentication")?;
+            authenticator.register(&mut driver);
             AuthState::new(auth::AuthMode::Jwt(authenticator), metadata_url.clone())
         }
     };
@@ -173,25 +174,25 @@ pub async fn start(
         config.telemetry.store_poll_interval,
     );
     supervisor::register(&mut driver, Arc::clone(&service), config.supervisor.clone());
-    let liveness = {
-        let board = driver.board();
-        Arc::new(move || board.all_running())
-    };
 
-    let app = foldgate_api::router(Gateway {
-        service,
-        upstreams,
-        runner: Arc::clone(&runner),
-        auth: auth_state,
-        config: config.api.clone(),
-        mcp_url: mcp_url.clone(),
-        issuer: config.auth.issuer.clone(),
-        background_ok: liveness,
-        shutdown: shutdown.clone(),
-        metrics: api_metrics,
-    })
+    let app = foldgate_api::router(
+        Gateway {
+            service,
+            upstreams,
+            runner: Arc::clone(&runner),
+            auth: auth_state,
+            config: config.api.clone(),
+            mcp_url: mcp_url.clone(),
+            issuer: config.auth.issuer.clone(),
+            background: driver.board(),
+            shutdown: shutdown.clone(),
+            metrics: api_metrics,
+        },
+        &mut driver,
+    )
     .map_err(anyhow::Error::msg)?;
-    let ops_app = foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus());
+    let ops_app =
+        foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus(), driver.board());
 
     let mut background = driver.start();
 
