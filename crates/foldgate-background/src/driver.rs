@@ -160,7 +160,10 @@ impl Running {
     /// Stops, stage by stage, every task whose stop order is at most
     /// `order`, waiting for each stage before the next.
     pub async fn stop_through(&mut self, order: StopOrder) {
-        let later = self.stages.split_off(&StopOrder(order.0.saturating_add(1)));
+        let later = match order.0.checked_add(1) {
+            Some(next) => self.stages.split_off(&StopOrder(next)),
+            None => BTreeMap::new(),
+        };
         let now = std::mem::replace(&mut self.stages, later);
         for stage in now.into_values() {
             stage.stop.cancel();
@@ -188,7 +191,7 @@ impl Drop for Running {
 /// A task's life: activated at once, then whenever its timer or a trigger
 /// says, until its stage is stopped.
 async fn drive(mut entry: Entry, metrics: Metrics, stop: CancellationToken) {
-    let _running = entry.cell.running();
+    let _alive = entry.cell.running();
     let name = entry.cell.name();
     let abandon = entry.def.on_stop == OnStop::Abandon;
     let mut reason = Reason::Start;

@@ -104,9 +104,9 @@ impl Cell {
 
     /// Marks the task running until the guard is dropped — when its loop
     /// ends, or unwinds from a panic.
-    pub(crate) fn running(self: &Arc<Self>) -> Running {
+    pub(crate) fn running(self: &Arc<Self>) -> Alive {
         self.set(State::Waiting);
-        Running(Arc::clone(self))
+        Alive(Arc::clone(self))
     }
 
     pub(crate) fn record(
@@ -132,9 +132,9 @@ impl Cell {
 
 /// Marks its task stopped when dropped.
 #[derive(Debug)]
-pub(crate) struct Running(Arc<Cell>);
+pub(crate) struct Alive(Arc<Cell>);
 
-impl Drop for Running {
+impl Drop for Alive {
     fn drop(&mut self) {
         self.0.set(State::Stopped);
     }

@@ -145,7 +145,7 @@ async fn shutdown_stops_tasks_in_their_stop_order() {
     let mut driver = driver();
     // Registered out of order; each runs a last pass when it stops, which
     // shows when it stopped.
-    for (name, order) in [("third", 30), ("first", 10), ("second", 20)] {
+    for (name, order) in [("third", 30), ("first", 10), ("last", u8::MAX), ("second", 20)] {
         let def = TaskDef::new(name, StopOrder(order))
             .period(Duration::from_secs(3600))
             .on_stop(OnStop::LastPass);
@@ -171,7 +171,7 @@ async fn shutdown_stops_tasks_in_their_stop_order() {
     let order: Vec<_> = log.lock().unwrap().clone();
     assert_eq!(
         order,
-        [("first", 2), ("finishing", 1), ("second", 2), ("third", 2)],
+        [("first", 2), ("finishing", 1), ("second", 2), ("third", 2), ("last", 2)],
         "in stop order; the activation in progress finished, the abandoned one did not"
     );
     let last = board.task("third").unwrap().last.unwrap();
