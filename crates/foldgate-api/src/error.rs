@@ -25,11 +25,13 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use foldgate_background::{
+    Activation, Activator, BackgroundTask, BoxFuture, Driver, Next, OnStop, StopOrder, TaskDef,
+};
 use foldgate_engine::FoldError;
 use foldgate_store::{Store, StoreError};
 use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, ErrorData};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::args::ArgError;
 
@@ -134,17 +136,29 @@ fn unavailable(headers: &mut http::HeaderMap) {
 /// Whether the database is known to be out of reach. Tripped by a tool call
 /// that found it so; while tripped, requests are answered 503 at once
 /// instead of each waiting for the pool's acquire timeout, and a background
-/// check clears it as soon as the database answers again.
+/// check (the `database_outage` task) clears it as soon as the database
+/// answers again.
 #[derive(Debug)]
 pub struct Outage {
     tripped: AtomicBool,
     store: Arc<dyn Store>,
-    shutdown: CancellationToken,
+    /// Wakes the background check when the switch trips.
+    probe: Activator,
 }
 
 impl Outage {
-    pub fn new(store: Arc<dyn Store>, shutdown: CancellationToken) -> Arc<Self> {
-        Arc::new(Self { tripped: AtomicBool::new(false), store, shutdown })
+    pub fn new(store: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self { tripped: AtomicBool::new(false), store, probe: Activator::new() })
+    }
+
+    /// Registers the background check, `database_outage`: woken when the
+    /// switch trips, it asks the database every 250 ms until it answers.
+    /// It stops with the tasks serving requests, dropping a check in flight.
+    pub fn register(self: &Arc<Self>, driver: &mut Driver) {
+        let def = TaskDef::new("database_outage", StopOrder::SERVING)
+            .trigger(self.probe.clone())
+            .on_stop(OnStop::Abandon);
+        driver.register(def, OutageProbe { outage: Arc::clone(self), checking: false });
     }
 
     /// The answer to a request while the database is known to be out of
@@ -181,19 +195,46 @@ impl Outage {
             return;
         }
         tracing::warn!("the database is unreachable: failing requests until it answers");
-        let outage = Arc::clone(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = outage.shutdown.cancelled() => return,
-                    () = tokio::time::sleep(OUTAGE_CHECK_INTERVAL) => {}
-                }
-                if outage.store.ready().await.is_ok() {
-                    outage.tripped.store(false, Ordering::Release);
-                    tracing::info!("the database answers again");
-                    return;
-                }
+        self.probe.activate();
+    }
+}
+
+/// Clears the outage once the database answers: idle until the switch
+/// trips, then a check every [`OUTAGE_CHECK_INTERVAL`], the first one an
+/// interval after the trip.
+#[derive(Debug)]
+struct OutageProbe {
+    outage: Arc<Outage>,
+    /// Checks are under way (the switch tripped and the first wait passed).
+    checking: bool,
+}
+
+impl OutageProbe {
+    async fn check(&mut self) -> Activation {
+        let outage = &self.outage;
+        if !outage.tripped.load(Ordering::Acquire) {
+            self.checking = false;
+            return Activation::ok(json!({"tripped": false})).next(Next::Trigger);
+        }
+        if !std::mem::replace(&mut self.checking, true) {
+            return Activation::ok(json!({"tripped": true}))
+                .next(Next::After(OUTAGE_CHECK_INTERVAL));
+        }
+        match outage.store.ready().await {
+            Ok(()) => {
+                outage.tripped.store(false, Ordering::Release);
+                self.checking = false;
+                tracing::info!("the database answers again");
+                Activation::ok(json!({"tripped": false})).next(Next::Trigger)
             }
-        });
+            Err(e) => Activation::failed(e, json!({"tripped": true}))
+                .next(Next::After(OUTAGE_CHECK_INTERVAL)),
+        }
+    }
+}
+
+impl BackgroundTask for OutageProbe {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(self.check())
     }
 }

@@ -180,19 +180,17 @@ fn unreadable_message(parts: http::response::Parts, bytes: Bytes) -> (Response, 
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
+    use super::*;
     use foldgate_store::{ConnectOptions, SqliteStore, Store};
     use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, RequestId, ServerJsonRpcMessage};
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
-
-    use super::*;
 
     async fn outage() -> Arc<Outage> {
         let store = SqliteStore::connect(&ConnectOptions::new("sqlite::memory:")).await.unwrap();
         // Migrated, so that the outage's check finds it ready.
         store.migrate().await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
-        Outage::new(store, CancellationToken::new())
+        Outage::new(store)
     }
 
     /// Settles a JSON answer; its body must come back unchanged, whatever
@@ -265,6 +263,9 @@ mod tests {
     #[tokio::test]
     async fn the_database_out_of_reach_is_503_and_trips_the_outage() {
         let outage = outage().await;
+        let mut driver = foldgate_background::Driver::default();
+        outage.register(&mut driver);
+        let _background = driver.start();
         // Exactly as rmcp writes a tool's error.
         let error = ErrorData::new(ErrorCode(UNAVAILABLE), "down", Some(json!({"retry_after": 1})));
         let message =

@@ -7,8 +7,10 @@ use axum::{
     body::Body,
     http::{HeaderValue, Request, Response, StatusCode, header},
 };
+use foldgate_background::{Activation, BackgroundTask, BoxFuture, Driver, StopOrder, TaskDef};
 use opentelemetry::{KeyValue, metrics::Counter};
 use serde::Deserialize;
+use serde_json::json;
 use tower_governor::{
     GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
 };
@@ -58,11 +60,25 @@ impl KeyExtractor for PrincipalKey {
     }
 }
 
-/// The layer, and a task that forgets idle principals so memory stays
-/// bounded by the active ones. Refusals are counted in `rejections`.
+/// How often the limiter forgets idle principals.
+const CLEANUP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Forgets idle principals, so that the limiter's memory stays bounded by
+/// the active ones; returns how many it still tracks.
+struct Cleanup<F>(F);
+
+impl<F: FnMut() -> usize + Send + 'static> BackgroundTask for Cleanup<F> {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        let principals = (self.0)();
+        Box::pin(async move { Activation::ok(json!({"principals": principals})) })
+    }
+}
+
+/// The layer, and its cleanup (`rate_limit_cleanup`, registered on
+/// `driver`). Refusals are counted in `rejections`.
 pub(crate) fn layer(
     config: RateLimitConfig,
-    shutdown: tokio_util::sync::CancellationToken,
+    driver: &mut Driver,
     rejections: Counter<u64>,
 ) -> Result<
     GovernorLayer<
@@ -81,17 +97,15 @@ pub(crate) fn layer(
         .ok_or_else(|| "invalid rate limit".to_owned())?;
     let governor = Arc::new(governor);
     let limiter = Arc::clone(governor.limiter());
-    tokio::spawn(async move {
-        let mut interval = tokio::time::interval(Duration::from_secs(60));
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = interval.tick() => {}
-            }
+    let cleanup = TaskDef::new("rate_limit_cleanup", StopOrder::SERVING).period(CLEANUP_INTERVAL);
+    driver.register(
+        cleanup,
+        Cleanup(move || {
             limiter.retain_recent();
             limiter.shrink_to_fit();
-        }
-    });
+            limiter.len()
+        }),
+    );
     Ok(GovernorLayer::new(governor).error_handler(move |error| {
         if matches!(error, GovernorError::TooManyRequests { .. }) {
             rejections.add(1, &[KeyValue::new("reason", "request_rate")]);

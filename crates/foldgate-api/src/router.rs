@@ -10,6 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use foldgate_background::{Board, Driver};
 use foldgate_engine::FoldingService;
 use foldgate_telemetry::Prometheus;
 use rmcp::transport::streamable_http_server::{
@@ -51,8 +52,9 @@ pub struct Gateway {
     pub mcp_url: String,
     /// The token issuer, published in the protected resource metadata.
     pub issuer: Option<String>,
-    /// Whether background work (the supervisor) is healthy, for `/readyz`.
-    pub background_ok: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// What the background tasks last did: `/readyz` reports whether they
+    /// all run.
+    pub background: Board,
     /// Cancelled on shutdown: open MCP streams end.
     pub shutdown: CancellationToken,
     /// Where the HTTP layers and the MCP handlers record metrics.
@@ -65,8 +67,9 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-/// Builds the application.
-pub fn router(gateway: Gateway) -> Result<Router, String> {
+/// Builds the application, registering its background tasks (the rate
+/// limiter's cleanup, the database outage check) on `driver`.
+pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     let config = &gateway.config;
     let metadata_url: Arc<str> = gateway.auth.resource_metadata_url().into();
 
@@ -99,11 +102,10 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
         upstreams: Arc::clone(&gateway.upstreams),
         resource_metadata: Arc::clone(&metadata_url),
     };
-    let exchange_state = ExchangeState {
-        guard: guard_state,
-        metrics: gateway.metrics.mcp.clone(),
-        outage: error::Outage::new(Arc::clone(gateway.service.store()), gateway.shutdown.clone()),
-    };
+    let outage = error::Outage::new(Arc::clone(gateway.service.store()));
+    outage.register(driver);
+    let exchange_state =
+        ExchangeState { guard: guard_state, metrics: gateway.metrics.mcp.clone(), outage };
     // Outermost first.
     let mcp_layers = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(config.max_body_bytes, guard::limit_body))
@@ -112,11 +114,7 @@ pub fn router(gateway: Gateway) -> Result<Router, String> {
             gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
             auth::authenticate_request,
         ))
-        .layer(limit::layer(
-            config.rate_limit,
-            gateway.shutdown.clone(),
-            gateway.metrics.rate_limited.clone(),
-        )?)
+        .layer(limit::layer(config.rate_limit, driver, gateway.metrics.rate_limited.clone())?)
         .layer(middleware::from_fn_with_state(exchange_state, exchange::mcp_exchange));
 
     let metadata =
@@ -206,7 +204,7 @@ async fn readyz(State(gateway): State<Gateway>) -> Response {
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("the database did not answer within 2 s".to_owned()),
     };
-    let background = (gateway.background_ok)();
+    let background = gateway.background.all_running();
     let ready = database.is_ok() && background;
     let body = json!({
         "ready": ready,
@@ -217,11 +215,20 @@ async fn readyz(State(gateway): State<Gateway>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// The operations listener's application: health probes and the Prometheus
-/// `/metrics` endpoint, on a port that is never exposed with the MCP port.
-pub fn ops_router(store: Arc<dyn foldgate_store::Store>, prometheus: Prometheus) -> Router {
+/// The operations listener's application: health probes, the Prometheus
+/// `/metrics` endpoint and `/background` (what each background task last
+/// did), on a port that is never exposed with the MCP port.
+pub fn ops_router(
+    store: Arc<dyn foldgate_store::Store>,
+    prometheus: Prometheus,
+    background: Board,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/background",
+            get(move || async move { Json(json!({"tasks": background.tasks()})) }),
+        )
         .route("/metrics", get(move || scrape(prometheus.clone())))
         .route(
             "/readyz",

@@ -16,12 +16,16 @@ use std::{
 };
 
 use chrono::{DateTime, TimeDelta, Utc};
+use foldgate_background::{
+    Activation, Activator, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
+};
 use foldgate_domain::Clock;
 use jsonwebtoken::{
     Algorithm, AlgorithmFamily, DecodingKey,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyOperations, PublicKeyUse},
 };
 use serde::Deserialize;
+use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::{AuthConfig, AuthError, AuthSetupError, KeySourceError};
@@ -136,6 +140,8 @@ pub(crate) struct Jwks {
     /// Held while fetching, so that concurrent requests for an unknown key
     /// wait for one fetch instead of starting their own.
     fetch: Arc<Mutex<FetchState>>,
+    /// Asks the background refresh ([`JwksRefresh`]) for a fetch.
+    refresh: Activator,
 }
 
 impl fmt::Debug for Jwks {
@@ -163,6 +169,7 @@ impl Jwks {
             clock,
             keys: RwLock::new(Arc::default()),
             fetch: Arc::new(Mutex::new(FetchState::default())),
+            refresh: Activator::new(),
         }))
     }
 
@@ -223,23 +230,52 @@ impl Jwks {
         }
     }
 
-    /// Starts a background refresh when the cached keys are past their
+    /// Asks for a background refresh when the cached keys are past their
     /// maximum age, unless a fetch is running or was attempted too recently.
-    fn refresh_if_stale(self: &Arc<Self>, seen: &KeySet) {
+    fn refresh_if_stale(&self, seen: &KeySet) {
+        if self.stale(seen) {
+            self.refresh.activate();
+        }
+    }
+
+    /// Whether the keys `seen` are past their maximum age and a fetch may
+    /// start now.
+    fn stale(&self, seen: &KeySet) -> bool {
         let now = self.clock.now();
-        let Some(fetched_at) = seen.fetched_at else { return };
+        let Some(fetched_at) = seen.fetched_at else { return false };
         if now - fetched_at < self.settings.max_age {
-            return;
+            return false;
         }
-        let Ok(mut state) = Arc::clone(&self.fetch).try_lock_owned() else { return };
-        if state.wait(now, self.settings.min_refresh).is_some() {
-            return;
+        self.fetch
+            .try_lock()
+            .is_ok_and(|state| state.wait(now, self.settings.min_refresh).is_none())
+    }
+
+    /// Registers the background refresh, `jwks_refresh`: activated when a
+    /// request finds the cached keys stale. It stops with the tasks serving
+    /// requests, dropping a fetch in flight.
+    pub(crate) fn register(self: &Arc<Self>, driver: &mut Driver) {
+        let def = TaskDef::new("jwks_refresh", StopOrder::SERVING)
+            .trigger(self.refresh.clone())
+            .on_stop(OnStop::Abandon);
+        driver.register(def, JwksRefresh(Arc::clone(self)));
+    }
+
+    /// One background refresh: fetches the set if it is still stale and no
+    /// fetch is running. A failure is logged, and the cached keys keep
+    /// serving.
+    async fn refresh_stale(&self) -> Activation {
+        let seen = self.snapshot();
+        if !self.stale(&seen) {
+            return Activation::ok(json!({"fetched": false, "keys": seen.keys.len()}));
         }
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            // A failure is logged, and the cached keys keep serving.
-            let _failed = this.fetch_locked(&mut state).await;
-        });
+        let Ok(mut state) = self.fetch.try_lock() else {
+            return Activation::ok(json!({"fetched": false, "keys": seen.keys.len()}));
+        };
+        match self.fetch_locked(&mut state).await {
+            Ok(fresh) => Activation::ok(json!({"fetched": true, "keys": fresh.keys.len()})),
+            Err(e) => Activation::failed(ErrorChain(&*e), json!({"fetched": false})),
+        }
     }
 
     /// Fetches the set and, on success, installs it. The caller holds the
@@ -302,6 +338,16 @@ impl Jwks {
             body.extend_from_slice(&chunk);
         }
         parse_key_set(&body)
+    }
+}
+
+/// The background refresh of the key set.
+#[derive(Debug)]
+struct JwksRefresh(Arc<Jwks>);
+
+impl BackgroundTask for JwksRefresh {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(self.0.refresh_stale())
     }
 }
 

@@ -53,6 +53,12 @@ impl KeySource {
         Err(AuthSetupError::Config("no JWT key source configured".into()))
     }
 
+    pub(crate) fn register(&self, driver: &mut foldgate_background::Driver) {
+        if let Self::Jwks(jwks) = self {
+            jwks.register(driver);
+        }
+    }
+
     /// The keys that may have signed a token with this header, in the order
     /// to try them. Refuses algorithms the source does not accept.
     pub(crate) async fn keys_for(

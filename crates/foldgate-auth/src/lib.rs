@@ -129,6 +129,12 @@ impl Authenticator {
         Ok(Self { inner: Arc::new(Inner { source, rules, clock }) })
     }
 
+    /// Registers the background work of the key source on the driver: with
+    /// a JWKS, the refresh of stale keys. Other sources have none.
+    pub fn register(&self, driver: &mut foldgate_background::Driver) {
+        self.inner.source.register(driver);
+    }
+
     /// Verifies a bearer token (without the `Bearer ` prefix).
     pub async fn authenticate(&self, token: &str) -> Result<Authenticated, AuthError> {
         let header = claims::parse_header(token)?;

@@ -12,14 +12,14 @@ use std::{
     time::Duration,
 };
 
+use foldgate_background::{Activation, BackgroundTask, BoxFuture};
 use foldgate_domain::{Branch, BranchStatus, EndReason, TenantId, Tokens};
 use foldgate_store::Store;
 use opentelemetry::{
     KeyValue,
     metrics::{Counter, Histogram, Meter, MeterProvider, noop::NoopMeterProvider},
 };
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use serde_json::json;
 
 use crate::FoldError;
 
@@ -253,21 +253,19 @@ fn fraction(part: Tokens, whole: Tokens) -> f64 {
 /// replica reads from the database: aggregate replicas with `max`, not
 /// `sum`. `foldgate.db.pool.connections{state}` and
 /// `foldgate.db.pool.connections.max` are per process.
+///
+/// The refresh is a task of the background driver (`store_gauges`), run
+/// every `telemetry.store_poll_interval`.
 #[derive(Debug)]
 pub struct StoreGauges {
-    task: JoinHandle<()>,
+    store: Arc<dyn Store>,
+    active: Arc<Mutex<Vec<(TenantId, u64)>>>,
 }
 
 impl StoreGauges {
-    /// Registers the gauges on `meter` and starts refreshing the active
-    /// branch counts every `interval` until `cancel` is cancelled (the
-    /// first reading is taken at once).
-    pub fn spawn(
-        meter: &Meter,
-        store: Arc<dyn Store>,
-        interval: Duration,
-        cancel: CancellationToken,
-    ) -> Self {
+    /// Registers the gauges on `meter`; the active branch counts are read
+    /// at each activation.
+    pub fn new(meter: &Meter, store: Arc<dyn Store>) -> Self {
         let active: Arc<Mutex<Vec<(TenantId, u64)>>> = Arc::default();
         {
             let active = Arc::clone(&active);
@@ -310,31 +308,29 @@ impl StoreGauges {
                 })
                 .build();
         }
-        let task = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(interval);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    _ = ticks.tick() => {}
-                }
-                match store.active_branches().await {
-                    Ok(counts) => {
-                        *active.lock().unwrap_or_else(PoisonError::into_inner) = counts;
-                    }
-                    // The last reading stays; the database being down is
-                    // reported by readiness and by the requests that fail.
-                    Err(e) => tracing::warn!(error = %e, "could not read active branch counts"),
-                }
-            }
-        });
-        Self { task }
+        Self { store, active }
     }
 
-    /// Waits for the refresh task to end (after its token was cancelled).
-    pub async fn stopped(self) {
-        if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "the gauge refresh task failed");
+    /// Reads the active branch counts. On failure the last reading stays;
+    /// the database being down is reported by readiness and by the requests
+    /// that fail.
+    async fn refresh(&self) -> Activation {
+        match self.store.active_branches().await {
+            Ok(counts) => {
+                let status = json!({"tenants": counts.len()});
+                *self.active.lock().unwrap_or_else(PoisonError::into_inner) = counts;
+                Activation::ok(status)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read active branch counts");
+                Activation::failed(e, json!({}))
+            }
         }
+    }
+}
+
+impl BackgroundTask for StoreGauges {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(self.refresh())
     }
 }

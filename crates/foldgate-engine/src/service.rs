@@ -9,6 +9,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use foldgate_background::Activator;
 use foldgate_domain::{
     Branch, BranchId, BranchKind, BranchStatus, BudgetRequest, Consumption, Description, EndReason,
     Message, Outcome, Principal, Prompt, ReturnTier, SessionId, TenantId, TimeoutRequest, Tokens,
@@ -17,7 +18,6 @@ use foldgate_store::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, CreateRules, DueBranch, Finish, Finished,
     NewBranch, NewRun, OutsideUsage, ParentChoice, Store,
 };
-use tokio::sync::Notify;
 
 use crate::{Clock, EngineMetrics, FoldError, FoldingConfig, ScrubFailure, Scrubber, TokenCounter};
 
@@ -168,8 +168,8 @@ pub struct FoldingService {
     clock: Arc<dyn Clock>,
     config: FoldingConfig,
     /// Wakes the deadline reconciler when a branch gets a deadline earlier
-    /// than its planned wake-up.
-    deadline_signal: Notify,
+    /// than its planned wake-up (its trigger on the background driver).
+    deadline_wake: Activator,
     /// The reconciler's planned wake-up, in Unix milliseconds.
     planned_wake_ms: AtomicI64,
     metrics: EngineMetrics,
@@ -191,7 +191,7 @@ impl FoldingService {
             scrubber,
             clock,
             config,
-            deadline_signal: Notify::new(),
+            deadline_wake: Activator::new(),
             planned_wake_ms: AtomicI64::new(i64::MIN),
             metrics: EngineMetrics::noop(),
             outside: Mutex::new(HashMap::new()),
@@ -756,15 +756,19 @@ impl FoldingService {
     /// its planned wake-up.
     fn signal_deadline(&self, deadline: DateTime<Utc>) {
         if deadline.timestamp_millis() < self.planned_wake_ms.load(Ordering::Acquire) {
-            self.deadline_signal.notify_one();
+            self.deadline_wake.activate();
         }
     }
 
-    /// Used by the deadline reconciler: records its planned wake-up and
-    /// returns the signal that cuts its sleep short.
-    pub(crate) fn plan_wake(&self, at: DateTime<Utc>) -> &Notify {
+    /// Used by the deadline reconciler: records its planned wake-up.
+    pub(crate) fn plan_wake(&self, at: DateTime<Utc>) {
         self.planned_wake_ms.store(at.timestamp_millis(), Ordering::Release);
-        &self.deadline_signal
+    }
+
+    /// What wakes the deadline reconciler before its planned wake-up: a
+    /// create with an earlier deadline. Its trigger on the driver.
+    pub fn deadline_activator(&self) -> Activator {
+        self.deadline_wake.clone()
     }
 }
 

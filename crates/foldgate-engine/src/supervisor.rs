@@ -1,7 +1,8 @@
 //! Background reconcilers.
 //!
-//! Each reconciler is activated by a timer (and the deadline reconciler also
-//! by a signal when a nearer deadline appears), takes no input, reads what
+//! Each reconciler is a task of the background driver, activated by a timer
+//! (and the deadline reconciler also by a trigger when a nearer deadline
+//! appears, and at the earliest deadline it knows of); it takes no input, reads what
 //! is due from the database and acts on it. Activations are idempotent: the
 //! store's conditional transitions make a second firing a no-op, and claims
 //! with a lease (`FOR UPDATE SKIP LOCKED` on Postgres) keep replicas from
@@ -12,9 +13,11 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
+use foldgate_background::{
+    Activation, BackgroundTask, BoxFuture, Driver, Next, StopOrder, TaskDef,
+};
 use foldgate_domain::{BranchId, EndReason};
-use tokio::{sync::watch, task::JoinHandle};
-use tokio_util::sync::CancellationToken;
+use serde_json::json;
 
 use crate::{FoldError, FoldingService, SupervisorConfig};
 
@@ -101,29 +104,29 @@ impl DeadlineReconciler {
         }
     }
 
-    async fn run(self, cancel: CancellationToken, status: watch::Sender<Pass>) {
-        loop {
-            // Until the next wake-up is planned, every create signals: a
-            // deadline created while this pass runs is not missed.
-            self.service.plan_wake(DateTime::<Utc>::MAX_UTC);
-            let pass = self.activate().await;
-            let failed = pass.error.is_some();
-            status.send_replace(pass);
-            let wake = if failed {
-                // Back off: the database is probably unavailable.
-                self.service.clock().now() + to_delta(self.config.deadline_poll_interval)
-            } else {
-                self.next_wake().await
-            };
-            let signal = self.service.plan_wake(wake);
-            let sleep =
-                (wake - self.service.clock().now()).to_std().unwrap_or_default().max(MIN_SLEEP);
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(sleep) => {}
-                () = signal.notified() => {}
-            }
-        }
+    /// One activation on the driver: a pass, then the planned wake-up — at
+    /// the earliest unclaimed deadline, at most a poll interval away (a
+    /// poll interval after a failed pass: the database is probably
+    /// unavailable). A create with an earlier deadline triggers it sooner.
+    async fn activate_on_driver(&self) -> Activation {
+        // Until the next wake-up is planned, every create signals: a
+        // deadline created while this pass runs is not missed.
+        self.service.plan_wake(DateTime::<Utc>::MAX_UTC);
+        let pass = self.activate().await;
+        let wake = if pass.error.is_some() {
+            self.service.clock().now() + to_delta(self.config.deadline_poll_interval)
+        } else {
+            self.next_wake().await
+        };
+        self.service.plan_wake(wake);
+        let sleep = (wake - self.service.clock().now()).to_std().unwrap_or_default().max(MIN_SLEEP);
+        pass.activation().next(Next::After(sleep))
+    }
+}
+
+impl BackgroundTask for DeadlineReconciler {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(self.activate_on_driver())
     }
 }
 
@@ -183,60 +186,39 @@ impl IdleSessionReconciler {
             }
         }
     }
+}
 
-    async fn run(self, cancel: CancellationToken, status: watch::Sender<Pass>) {
-        let mut interval = tokio::time::interval(self.config.idle_poll_interval);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                _ = interval.tick() => {}
-            }
-            status.send_replace(self.activate().await);
+impl BackgroundTask for IdleSessionReconciler {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move { IdleSessionReconciler::activate(self).await.activation() })
+    }
+}
+
+impl Pass {
+    /// The pass as the driver reports it.
+    fn activation(&self) -> Activation {
+        let status = json!({
+            "fired": self.fired.len(),
+            "sessions_ended": self.sessions_ended,
+        });
+        match &self.error {
+            Some(error) => Activation::failed(error, status),
+            None => Activation::ok(status),
         }
     }
 }
 
-/// The running reconcilers.
-#[derive(Debug)]
-pub struct Supervisor {
-    cancel: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    /// The last pass of the deadline reconciler.
-    pub deadlines: watch::Receiver<Pass>,
-    /// The last pass of the idle-session reconciler.
-    pub idle_sessions: watch::Receiver<Pass>,
-}
-
-impl Supervisor {
-    /// Starts the reconcilers. Their first passes run at once, recovering
-    /// whatever fell due while no process was running.
-    pub fn spawn(service: Arc<FoldingService>, config: SupervisorConfig) -> Self {
-        let cancel = CancellationToken::new();
-        let (deadline_tx, deadlines) = watch::channel(Pass::default());
-        let (idle_tx, idle_sessions) = watch::channel(Pass::default());
-        let deadline = DeadlineReconciler::new(Arc::clone(&service), config.clone());
-        let idle = IdleSessionReconciler::new(service, config);
-        let tasks = vec![
-            tokio::spawn(deadline.run(cancel.clone(), deadline_tx)),
-            tokio::spawn(idle.run(cancel.clone(), idle_tx)),
-        ];
-        Self { cancel, tasks, deadlines, idle_sessions }
-    }
-
-    /// Whether every reconciler is still running (for readiness checks): a
-    /// reconciler only stops when asked to.
-    pub fn is_running(&self) -> bool {
-        !self.cancel.is_cancelled() && self.tasks.iter().all(|t| !t.is_finished())
-    }
-
-    /// Stops the reconcilers after their current pass.
-    pub async fn shutdown(self) {
-        self.cancel.cancel();
-        for task in self.tasks {
-            if let Err(e) = task.await {
-                tracing::error!(error = %e, "a reconciler task failed");
-            }
-        }
-    }
+/// Registers the reconcilers on the driver: deadlines (woken by creates
+/// with an earlier deadline, at most every `deadline_poll_interval`) and
+/// idle sessions (every `idle_poll_interval`). Their first passes run when
+/// the driver starts, recovering whatever fell due while no process was
+/// running; at shutdown they stop after their current pass.
+pub fn register(driver: &mut Driver, service: Arc<FoldingService>, config: SupervisorConfig) {
+    let deadlines = TaskDef::new("deadlines", StopOrder::SUPERVISOR)
+        .period(config.deadline_poll_interval)
+        .trigger(service.deadline_activator());
+    driver.register(deadlines, DeadlineReconciler::new(Arc::clone(&service), config.clone()));
+    let idle =
+        TaskDef::new("idle_sessions", StopOrder::SUPERVISOR).period(config.idle_poll_interval);
+    driver.register(idle, IdleSessionReconciler::new(service, config));
 }

@@ -4,13 +4,14 @@
 
 use std::{sync::Arc, time::Duration};
 
+use foldgate_background::Driver;
 use foldgate_domain::{
     BranchId, BranchStatus, EndReason, LimitKind, Limits, Message, Outcome, Principal, SessionId,
 };
 use foldgate_engine::{
     CallOutcome, CallRecord, Clock, CreateBranch, FoldError, FoldingConfig, FoldingService,
     ManualClock, ReturnBranch, StatusQuery, SupervisorConfig,
-    supervisor::{DeadlineReconciler, IdleSessionReconciler, Supervisor},
+    supervisor::{self, DeadlineReconciler, IdleSessionReconciler},
 };
 use foldgate_store::DueBranch;
 use foldgate_testkit::{
@@ -901,7 +902,9 @@ async fn supervisor_fires_a_deadline_within_a_second(backend: Backend) {
     let db = TestDb::new(backend).await;
     let s = ServiceBuilder::new(db.connect().await).build();
     let alice = principal("acme", "alice");
-    let supervisor = Supervisor::spawn(Arc::clone(&s), SupervisorConfig::default());
+    let mut driver = Driver::default();
+    supervisor::register(&mut driver, Arc::clone(&s), SupervisorConfig::default());
+    let supervisor = driver.start();
     let mut ids = Vec::new();
     for i in 0..3 {
         let mut req = create_req(&s, &format!("s{i}"), None);

@@ -36,6 +36,8 @@ use tokio::sync::watch;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
+mod reconcile;
+
 use crate::{
     RunMetrics, RunOutcome,
     model::{Call, Model, ModelFailure, Models, ToolSpec, Turn},
@@ -405,65 +407,6 @@ impl Runner {
     fn notify(&self, id: BranchId, steps: u32) {
         if let Some(local) = self.locals().get(&id) {
             local.steps.send_replace(steps);
-        }
-    }
-
-    /// Takes over runs whose replica stopped renewing their lease, until
-    /// shutdown: at once, then every `poll_interval`. At shutdown, waits
-    /// until every run of this process has given its lease up.
-    pub async fn supervise(self: Arc<Self>) {
-        tokio::join!(self.take_over(), self.watch_ends());
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-
-    /// Tells the runs of this process whose branch was ended from outside
-    /// (a session end, an ancestor's return, the supervisor, a cancelled
-    /// task) to stop: one query for all of them, every [`BRANCH_CHECK`].
-    async fn watch_ends(self: &Arc<Self>) {
-        loop {
-            tokio::select! {
-                () = self.shutdown.cancelled() => return,
-                () = tokio::time::sleep(BRANCH_CHECK) => {}
-            }
-            if self.locals().is_empty() {
-                continue;
-            }
-            match self.service.store().ended_runs(&self.owner).await {
-                Ok(ended) => {
-                    let map = self.locals();
-                    for id in ended {
-                        if let Some(local) = map.get(&id) {
-                            local.ended.cancel();
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "looking for runs whose branch ended failed"),
-            }
-        }
-    }
-
-    async fn take_over(self: &Arc<Self>) {
-        loop {
-            let now = self.service.clock().now();
-            match self
-                .service
-                .store()
-                .claim_lapsed_runs(&self.owner, now, self.lease_end(), self.config.batch_size)
-                .await
-            {
-                Ok(claimed) => {
-                    for (tenant, id) in claimed {
-                        tracing::info!(%tenant, branch_id = %id, "taking over a run whose lease lapsed");
-                        self.spawn(tenant, id, true);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "looking for runs to take over failed"),
-            }
-            tokio::select! {
-                () = self.shutdown.cancelled() => return,
-                () = tokio::time::sleep(self.config.poll_interval()) => {}
-            }
         }
     }
 

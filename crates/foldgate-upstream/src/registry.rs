@@ -7,11 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use foldgate_background::{Activator, Driver};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, field::Empty};
 
 use super::{
@@ -23,6 +22,8 @@ use super::{
 use foldgate_domain::Caller;
 
 use crate::metrics::UpstreamMetrics;
+
+mod refresh;
 
 /// The longest name a tool may have (MCP tool-name guidance).
 const MAX_TOOL_NAME: usize = 128;
@@ -80,6 +81,9 @@ struct Listing {
     /// tools leave `tools/list` until it answers again.
     up: bool,
     last_error: Option<String>,
+    /// When a failed call asked for the list to be checked again (a little
+    /// after the failure, not at once).
+    recheck_at: Option<tokio::time::Instant>,
 }
 
 /// One upstream.
@@ -89,7 +93,7 @@ pub struct Upstream {
     client: McpClient,
     listing: RwLock<Listing>,
     /// Wakes the refresher early (a call failed).
-    recheck: Notify,
+    recheck: Activator,
     /// Where requests to the upstream, and what the proxy meters of them,
     /// are recorded.
     pub(crate) metrics: UpstreamMetrics,
@@ -170,8 +174,9 @@ impl Upstream {
                 }
                 listing.up = false;
                 listing.last_error = Some(why.clone());
+                listing.recheck_at.get_or_insert_with(|| tokio::time::Instant::now() + FIRST_RETRY);
                 drop(listing);
-                self.recheck.notify_one();
+                self.recheck.activate();
             }
             Ok(_) | Err(CallError::Rpc { .. }) => {
                 let mut listing = self.write();
@@ -233,48 +238,6 @@ impl Upstream {
         })?;
         tool.name = name.into();
         Ok(Some(UpstreamTool { tool, upstream_name, validator }))
-    }
-
-    /// Keeps the tool list fresh: every `refresh_seconds` while the upstream
-    /// answers, sooner (with backoff) while it does not.
-    async fn refresher(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut retry = FIRST_RETRY;
-        loop {
-            let wait = match self.refresh().await {
-                Ok(count) => {
-                    if retry != FIRST_RETRY {
-                        tracing::info!(upstream = %self.name(), tools = count, "upstream is back");
-                    }
-                    retry = FIRST_RETRY;
-                    self.config.refresh()
-                }
-                Err(why) => {
-                    {
-                        let mut listing = self.write();
-                        if listing.up || retry == FIRST_RETRY {
-                            tracing::warn!(upstream = %self.name(), error = %why,
-                                "upstream tool listing failed; its tools are hidden until it answers");
-                        }
-                        listing.up = false;
-                        listing.last_error = Some(why);
-                    }
-                    let wait = retry;
-                    retry = (retry * 2).min(self.config.refresh());
-                    wait
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
-                () = self.recheck.notified() => {
-                    // A call failed: check again soon, not at once.
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(FIRST_RETRY) => {}
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -379,17 +342,18 @@ impl Upstreams {
                 config: config.clone(),
                 client,
                 listing: RwLock::new(Listing::default()),
-                recheck: Notify::new(),
+                recheck: Activator::new(),
                 metrics: metrics.clone(),
             }));
         }
         Ok(Arc::new(Self { list }))
     }
 
-    /// Starts keeping every upstream's tool list fresh, until `shutdown`.
-    pub fn start(&self, shutdown: &CancellationToken) {
+    /// Registers, for each upstream, the task that keeps its tool list
+    /// fresh ([`refresh`]).
+    pub fn register(&self, driver: &mut Driver) {
         for upstream in &self.list {
-            tokio::spawn(Arc::clone(upstream).refresher(shutdown.child_token()));
+            refresh::register(driver, upstream);
         }
     }
 

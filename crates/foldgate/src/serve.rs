@@ -10,9 +10,10 @@ use foldgate_api::{
     auth::{self, AuthState, Authenticator, Secret},
     upstream::Upstreams,
 };
+use foldgate_background::{Driver, StopOrder};
 use foldgate_engine::{
     EngineMetrics, FoldingService, StoreGauges, SystemClock, TokenCounter, scrubber_from_config,
-    supervisor::Supervisor,
+    supervisor,
 };
 use foldgate_store::{Backend, ConnectOptions, redact_url};
 use foldgate_telemetry::Telemetry;
@@ -20,6 +21,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    background,
     config::{AuthMode, Config},
     http::{self, ServerSettings},
 };
@@ -94,13 +96,10 @@ pub async fn start(
         .await
         .with_context(|| format!("connecting to {shown}"))?;
     store.ready().await.with_context(|| format!("checking {shown}"))?;
-    let gauges_stop = CancellationToken::new();
-    let gauges = StoreGauges::spawn(
-        &meter,
-        Arc::clone(&store),
-        config.telemetry.store_poll_interval,
-        gauges_stop.clone(),
-    );
+    // Every background task is registered here and started once the
+    // application is built; see `background.rs` for the stop order.
+    let mut driver = Driver::new(&meter);
+    let gauges = StoreGauges::new(&meter, Arc::clone(&store));
 
     let tokens = TokenCounter::new(config.folding.encoding).map_err(anyhow::Error::msg)?;
     let scrubber = scrubber_from_config(&config.scrub).context("loading secret-scrubbing rules")?;
@@ -139,6 +138,7 @@ pub async fn start(
             }
             let authenticator =
                 Authenticator::new(&config.auth).await.context("setting up authentication")?;
+            authenticator.register(&mut driver);
             AuthState::new(auth::AuthMode::Jwt(authenticator), metadata_url.clone())
         }
     };
@@ -149,7 +149,7 @@ pub async fn start(
         Upstreams::new(&config.upstreams, |var| std::env::var(var).ok(), &api_metrics.upstream)
             .map_err(anyhow::Error::msg)?;
     metrics::observe_upstreams(&meter, &upstreams);
-    upstreams.start(&shutdown);
+    upstreams.register(&mut driver);
     let models = foldgate_runner::Models::new(&config.models, |var| std::env::var(var).ok())
         .map_err(anyhow::Error::msg)?;
     // Stopped after the servers, so that runs whose callers are still
@@ -164,38 +164,35 @@ pub async fn start(
         foldgate_runner::RunMetrics::new(&meter),
         runs_stop.clone(),
     );
-    let runner_supervisor = tokio::spawn(Arc::clone(&runner).supervise());
-    // Stopped after the servers, so that calls finishing during the grace
-    // period are still written.
-    let flush_stop = CancellationToken::new();
-    let usage_flusher = tokio::spawn(flush_outside_usage(Arc::clone(&service), flush_stop.clone()));
+    runner.register(&mut driver);
+    background::register_store_tasks(
+        &mut driver,
+        &service,
+        gauges,
+        config.telemetry.store_poll_interval,
+    );
+    supervisor::register(&mut driver, Arc::clone(&service), config.supervisor.clone());
 
-    let supervisor = Supervisor::spawn(Arc::clone(&service), config.supervisor.clone());
-    let supervisor = Arc::new(tokio::sync::Mutex::new(Some(supervisor)));
-    let liveness = {
-        let supervisor = Arc::clone(&supervisor);
-        Arc::new(move || {
-            supervisor
-                .try_lock()
-                .map(|s| s.as_ref().is_some_and(Supervisor::is_running))
-                .unwrap_or(true)
-        })
-    };
-
-    let app = foldgate_api::router(Gateway {
-        service,
-        upstreams,
-        runner,
-        auth: auth_state,
-        config: config.api.clone(),
-        mcp_url: mcp_url.clone(),
-        issuer: config.auth.issuer.clone(),
-        background_ok: liveness,
-        shutdown: shutdown.clone(),
-        metrics: api_metrics,
-    })
+    let app = foldgate_api::router(
+        Gateway {
+            service,
+            upstreams,
+            runner: Arc::clone(&runner),
+            auth: auth_state,
+            config: config.api.clone(),
+            mcp_url: mcp_url.clone(),
+            issuer: config.auth.issuer.clone(),
+            background: driver.board(),
+            shutdown: shutdown.clone(),
+            metrics: api_metrics,
+        },
+        &mut driver,
+    )
     .map_err(anyhow::Error::msg)?;
-    let ops_app = foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus());
+    let ops_app =
+        foldgate_api::ops_router(Arc::clone(&store), telemetry.prometheus(), driver.board());
+
+    let mut background = driver.start();
 
     let grace = config.api.shutdown_grace;
     let server = ServerSettings { header_read_timeout: config.api.header_read_timeout };
@@ -219,19 +216,14 @@ pub async fn start(
                     }
                 }
             };
+            // The tasks serving requests and the runner's reconcilers stop
+            // first, then each run gives its lease up.
+            background.stop_through(StopOrder::RUNS).await;
             runs_stop.cancel();
-            if runner_supervisor.await.is_err() {
-                tracing::error!("the run supervisor panicked");
-            }
-            if let Some(supervisor) = supervisor.lock().await.take() {
-                supervisor.shutdown().await;
-            }
-            flush_stop.cancel();
-            if usage_flusher.await.is_err() {
-                tracing::error!("the usage flusher panicked");
-            }
-            gauges_stop.cancel();
-            gauges.stopped().await;
+            runner.stopped().await;
+            // The supervisor, then the usage flusher's last pass (what the
+            // calls of the grace period added), then the gauges.
+            background.shutdown().await;
             store.close().await;
             tracing::info!("stopped");
             // Last: what the shutdown itself recorded is exported too.
@@ -244,28 +236,6 @@ pub async fn start(
     });
     tracing::info!(%mcp_url, ops = %ops_addr, database = %shown, "foldgate is serving");
     Ok(Running { mcp_url, addr, ops_addr, dev_token, shutdown, task })
-}
-
-/// How often usage outside branches is written to the database.
-const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Writes the upstream usage outside branches every few seconds, and once
-/// more on shutdown.
-async fn flush_outside_usage(service: Arc<FoldingService>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(USAGE_FLUSH_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let stopping = tokio::select! {
-            _ = tick.tick() => false,
-            () = shutdown.cancelled() => true,
-        };
-        if let Err(e) = service.flush_outside_usage().await {
-            tracing::warn!(error = %e, "writing upstream usage outside branches failed; kept for the next try");
-        }
-        if stopping {
-            return;
-        }
-    }
 }
 
 /// A random signing secret for development mode.

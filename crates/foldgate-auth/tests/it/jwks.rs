@@ -218,6 +218,9 @@ async fn a_withdrawn_key_stops_working_once_the_cache_is_past_its_maximum_age() 
     let server =
         JwksServer::start(vec![leaving.jwk(Some("leaving")), staying.jwk(Some("staying"))]).await;
     let auth = authenticator(&jwks_only(&server.url), &clock).await;
+    let mut driver = foldgate_background::Driver::default();
+    auth.register(&mut driver);
+    let background = driver.start();
     let long_lived = patch(claims(&clock), &json!({"exp": now(&clock) + 7200}));
     let leaving_token = leaving.sign(Some("leaving"), &long_lived);
     let staying_token = staying.sign(Some("staying"), &long_lived);
@@ -246,6 +249,7 @@ async fn a_withdrawn_key_stops_working_once_the_cache_is_past_its_maximum_age() 
     assert_eq!(refused.kind(), "unknown_key");
     assert_eq!(server.requests(), 2, "one background refresh");
     assert!(auth.authenticate(&staying_token).await.is_ok());
+    background.shutdown().await;
 }
 
 #[tokio::test]

@@ -5,15 +5,15 @@
 //! (asking for 600 s, capped at its parent's deadline), plus a branch `C` whose budget is recorded as exhausted without
 //! the forced return that normally follows — as if the process died in
 //! between. It prints `A B C` ids per session, then `ready`, and waits to be
-//! killed. `supervise` starts the supervisor, prints each branch its first
-//! pass fired, and exits.
+//! killed. `supervise` runs the deadline reconciler's first pass (what the
+//! supervisor does at startup), prints each branch it fired, and exits.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout, reason = "test tool")]
 
 use std::{sync::Arc, time::Duration};
 
 use clap::{Parser, Subcommand};
 use foldgate_engine::{
-    CreateBranch, FoldingService, SupervisorConfig, SystemClock, supervisor::Supervisor,
+    CreateBranch, FoldingService, SupervisorConfig, SystemClock, supervisor::DeadlineReconciler,
 };
 use foldgate_store::{ConnectOptions, Store};
 use foldgate_testkit::{ServiceBuilder, principal};
@@ -72,13 +72,13 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         Command::Supervise => {
-            let mut supervisor = Supervisor::spawn(service, SupervisorConfig::default());
-            supervisor.deadlines.changed().await?;
-            let pass = supervisor.deadlines.borrow_and_update().clone();
+            // The deadline reconciler's first pass, as the driver runs it
+            // at startup.
+            let pass =
+                DeadlineReconciler::new(service, SupervisorConfig::default()).activate().await;
             for (id, reason) in pass.fired {
                 println!("{id} {reason}");
             }
-            supervisor.shutdown().await;
         }
     }
     Ok(())

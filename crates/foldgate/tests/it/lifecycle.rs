@@ -56,3 +56,49 @@ async fn stop_lets_requests_finish_and_closes_the_listener() {
     );
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_port_lists_the_background_tasks_with_their_last_outcome() {
+    let gw = TestGateway::start(foldgate_testkit::Backend::Sqlite).await;
+    let url = format!("http://{}/background", gw.running.ops_addr);
+    let expected = [
+        "rate_limit_cleanup",
+        "database_outage",
+        "run_takeover",
+        "run_ends",
+        "usage_flush",
+        "store_gauges",
+        "deadlines",
+        "idle_sessions",
+    ];
+
+    // Each task is activated once when the gateway starts.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let tasks = loop {
+        let response = reqwest::get(&url).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.unwrap();
+        let tasks = body["tasks"].as_array().unwrap().clone();
+        if tasks.iter().all(|t| t["activations"].as_u64() > Some(0)) {
+            break tasks;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not every task ran: {tasks:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+
+    let mut names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    let mut wanted = expected.to_vec();
+    wanted.sort_unstable();
+    assert_eq!(names, wanted);
+    for task in &tasks {
+        assert_eq!(task["last"]["outcome"], "ok", "{task:#}");
+        assert!(task["last"]["status"].is_object(), "{task:#}");
+    }
+    let flush = tasks.iter().find(|t| t["name"] == "usage_flush").unwrap();
+    assert_eq!(
+        (flush["period_ms"].as_u64(), flush["on_stop"].as_str()),
+        (Some(5000), Some("last_pass"))
+    );
+    gw.running.stop().await.unwrap();
+}

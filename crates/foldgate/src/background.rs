@@ -1,0 +1,47 @@
+//! The gateway's own background tasks, and the registration of every task
+//! on the driver with its period, its triggers and its stop order.
+
+use std::{sync::Arc, time::Duration};
+
+use foldgate_background::{
+    Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
+};
+use foldgate_engine::{FoldingService, StoreGauges};
+use serde_json::json;
+
+/// How often usage outside branches is written to the database.
+const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Writes the upstream usage outside branches: every few seconds, and once
+/// more at shutdown, after the listeners have drained.
+#[derive(Debug)]
+struct UsageFlusher(Arc<FoldingService>);
+
+impl BackgroundTask for UsageFlusher {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.0.flush_outside_usage().await {
+                Ok(()) => Activation::ok(json!({})),
+                Err(e) => {
+                    tracing::warn!(error = %e, "writing upstream usage outside branches failed; kept for the next try");
+                    Activation::failed(e, json!({}))
+                }
+            }
+        })
+    }
+}
+
+/// Registers the usage flusher and the store gauges.
+pub(crate) fn register_store_tasks(
+    driver: &mut Driver,
+    service: &Arc<FoldingService>,
+    gauges: StoreGauges,
+    gauge_interval: Duration,
+) {
+    let flush = TaskDef::new("usage_flush", StopOrder::USAGE)
+        .period(USAGE_FLUSH_INTERVAL)
+        .on_stop(OnStop::LastPass);
+    driver.register(flush, UsageFlusher(Arc::clone(service)));
+    let gauge_def = TaskDef::new("store_gauges", StopOrder::GAUGES).period(gauge_interval);
+    driver.register(gauge_def, gauges);
+}
