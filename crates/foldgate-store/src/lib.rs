@@ -18,6 +18,7 @@ mod connect;
 mod counters;
 pub mod dialect;
 mod error;
+pub mod inspect;
 mod metrics;
 mod ops;
 mod postgres;
