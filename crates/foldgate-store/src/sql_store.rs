@@ -205,7 +205,8 @@ where
         id: BranchId,
         call: &CallRecord,
     ) -> Result<Option<Consumption>, StoreError> {
-        self.timed("meter_call", async { D::meter_call(self, tenant, id, call).await }).await
+        // Each dialect times its own metering (retries included).
+        D::meter_call(self, tenant, id, call).await
     }
 
     async fn call_summary(
