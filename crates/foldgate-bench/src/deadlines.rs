@@ -11,9 +11,9 @@ use std::{
 };
 
 use anyhow::Context;
+use foldgate_store::inspect::Inspector;
 use serde::Serialize;
 use serde_json::{Value, json};
-use sqlx::{Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -136,18 +136,10 @@ pub async fn run(
     let create_elapsed = started.elapsed();
     let create = recorder.summary(create_elapsed);
 
-    let pattern = format!("{}-%", workload.run_id.replace('_', "\\_").replace('%', "\\%"));
-    let mut db =
-        PgConnection::connect(&spec.database_url).await.context("connecting to the database")?;
-    let count_active =
-        "SELECT count(*) FROM branches WHERE tenant_id LIKE $1 AND status = 'active'";
-    let active_after_creation: i64 =
-        sqlx::query_scalar(count_active).bind(&pattern).fetch_one(&mut db).await?;
-    let last_deadline: Option<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT max(deadline_at) FROM branches WHERE tenant_id LIKE $1")
-            .bind(&pattern)
-            .fetch_one(&mut db)
-            .await?;
+    let run = workload.run_id.as_str();
+    let db = Inspector::connect(&spec.database_url).await.context("connecting to the database")?;
+    let active_after_creation = db.active(run).await?;
+    let last_deadline = db.last_deadline(run).await?;
     eprintln!(
         "created {} branches in {:.1} s ({:.0}/s), {active_after_creation} active; waiting for their deadlines",
         create.ok_calls,
@@ -160,15 +152,14 @@ pub async fn run(
     let until = last_deadline.unwrap_or_else(chrono::Utc::now)
         + chrono::Duration::from_std(spec.grace).unwrap_or_default();
     loop {
-        let active: i64 =
-            sqlx::query_scalar(count_active).bind(&pattern).fetch_one(&mut db).await?;
+        let active = db.active(run).await?;
         active_series.push((started.elapsed().as_secs_f64(), active));
         if chrono::Utc::now() >= until {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    db.close().await.ok();
+    db.close().await;
     sampler_stop.cancel();
     let process = match sampler {
         Some(task) => task.await.unwrap_or_default(),

@@ -15,9 +15,9 @@ use std::{
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use foldgate_store::inspect::{BranchEnd as Row, Inspector, LoanMismatch};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::stats::Spread;
@@ -100,21 +100,12 @@ impl Verification {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Uuid,
-    status: String,
-    reason: Option<String>,
-    deadline_at: DateTime<Utc>,
-    completed_at: Option<DateTime<Utc>>,
-}
-
 /// Runs every check.
 pub async fn verify(options: &VerifyOptions) -> anyhow::Result<Verification> {
-    let mut db = PgConnection::connect(&options.database_url)
+    let db = Inspector::connect(&options.database_url)
         .await
         .context("connecting to the database to verify")?;
-    let pattern = format!("{}-%", like_escape(&options.run_id));
+    let run = options.run_id.as_str();
 
     // Let the branches that fall due within the settle time end first (the
     // supervisor may still be working through a burst), then count those
@@ -123,35 +114,16 @@ pub async fn verify(options: &VerifyOptions) -> anyhow::Result<Verification> {
     let bound = Utc::now() + chrono::Duration::from_std(options.settle).unwrap_or_default();
     let give_up = tokio::time::Instant::now() + options.settle + options.max_late;
     loop {
-        let pending: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM branches WHERE tenant_id LIKE $1 \
-             AND status = 'active' AND deadline_at <= $2",
-        )
-        .bind(&pattern)
-        .bind(bound)
-        .fetch_one(&mut db)
-        .await?;
+        let pending = db.active_due(run, bound).await?;
         if pending == 0 || tokio::time::Instant::now() >= give_up {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let overdue: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM branches WHERE tenant_id LIKE $1 \
-         AND status = 'active' AND deadline_at < now() - make_interval(secs => $2)",
-    )
-    .bind(&pattern)
-    .bind(max_late)
-    .fetch_one(&mut db)
-    .await?;
+    let overdue = db.active_overdue(run, options.max_late).await?;
     let overdue_active = u64::try_from(overdue).unwrap_or(0);
 
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, status, reason, deadline_at, completed_at FROM branches WHERE tenant_id LIKE $1",
-    )
-    .bind(&pattern)
-    .fetch_all(&mut db)
-    .await?;
+    let rows = db.branch_ends(run).await?;
     let mut by_status = BTreeMap::new();
     let mut status_of = HashMap::with_capacity(rows.len());
     for row in &rows {
@@ -174,7 +146,7 @@ pub async fn verify(options: &VerifyOptions) -> anyhow::Result<Verification> {
         check_record(&mut v, path, &status_of)?;
     }
     check_deadlines(&mut v, &rows, options);
-    check_books(&mut v, &mut db, &pattern, options.whole_database).await?;
+    check_books(&mut v, &db, run, options.whole_database).await?;
     if !options.logs.is_empty() {
         check_logs(&mut v, &options.logs)?;
     }
@@ -228,12 +200,8 @@ pub async fn verify(options: &VerifyOptions) -> anyhow::Result<Verification> {
             v.duplicate_terminal_events
         ));
     }
-    db.close().await.ok();
+    db.close().await;
     Ok(v)
-}
-
-fn like_escape(raw: &str) -> String {
-    raw.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
 fn parse_branch_id(raw: &str) -> Option<Uuid> {
@@ -344,61 +312,32 @@ fn check_deadlines(v: &mut Verification, rows: &[Row], options: &VerifyOptions) 
 /// Pools and concurrency counters agree with the active branches.
 async fn check_books(
     v: &mut Verification,
-    db: &mut PgConnection,
-    pattern: &str,
+    db: &Inspector,
+    run: &str,
     whole_database: bool,
 ) -> anyhow::Result<()> {
-    let tenants: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT u.tenant_id, CAST(SUM(u.active_branches) AS BIGINT), \
-                (SELECT count(*) FROM branches b WHERE b.tenant_id = u.tenant_id AND b.status = 'active') \
-         FROM tenant_usage u WHERE u.tenant_id LIKE $1 GROUP BY u.tenant_id",
-    )
-    .bind(pattern)
-    .fetch_all(&mut *db)
-    .await?;
-    v.tenant_counter_mismatches = tenants
+    v.tenant_counter_mismatches = db
+        .tenant_counters(run)
+        .await?
         .into_iter()
         .filter(|(_, counter, active)| counter != active)
         .map(|(tenant, counter, active)| format!("{tenant}: counter {counter}, active {active}"))
         .collect();
     if whole_database {
-        let counter: i64 = sqlx::query_scalar(
-            "SELECT CAST(COALESCE(SUM(active_branches), 0) AS BIGINT) FROM deployment_usage",
-        )
-        .fetch_one(&mut *db)
-        .await?;
-        let active: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM branches WHERE status = 'active'")
-                .fetch_one(&mut *db)
-                .await?;
-        v.deployment_counter = Some((counter, active));
+        v.deployment_counter = Some(db.deployment_counter().await?);
     }
-    let branches: Vec<(Uuid, i64, i64)> = sqlx::query_as(
-        "SELECT b.id, b.reserved, COALESCE((SELECT sum(c.budget) FROM branches c \
-                WHERE c.parent_id = b.id AND c.status = 'active'), 0)::BIGINT \
-         FROM branches b WHERE b.tenant_id LIKE $1 AND b.reserved <> COALESCE((SELECT sum(c.budget) \
-                FROM branches c WHERE c.parent_id = b.id AND c.status = 'active'), 0) LIMIT 5",
-    )
-    .bind(pattern)
-    .fetch_all(&mut *db)
-    .await?;
-    let sessions: Vec<(String, String, i64, i64)> = sqlx::query_as(
-        "SELECT s.tenant_id, s.session_id, s.reserved, COALESCE((SELECT sum(b.budget) FROM branches b \
-                WHERE b.tenant_id = s.tenant_id AND b.session_id = s.session_id \
-                AND b.parent_id IS NULL AND b.status = 'active'), 0)::BIGINT \
-         FROM sessions s WHERE s.tenant_id LIKE $1 AND s.reserved <> COALESCE((SELECT sum(b.budget) \
-                FROM branches b WHERE b.tenant_id = s.tenant_id AND b.session_id = s.session_id \
-                AND b.parent_id IS NULL AND b.status = 'active'), 0) LIMIT 5",
-    )
-    .bind(pattern)
-    .fetch_all(&mut *db)
-    .await?;
-    v.pool_mismatches = branches
+    v.pool_mismatches = db
+        .loan_mismatches(run)
+        .await?
         .into_iter()
-        .map(|(id, reserved, lent)| format!("branch br_{id}: reserved {reserved}, lent {lent}"))
-        .chain(sessions.into_iter().map(|(tenant, session, reserved, lent)| {
-            format!("session {tenant}/{session}: reserved {reserved}, lent {lent}")
-        }))
+        .map(|mismatch| match mismatch {
+            LoanMismatch::Branch { id, reserved, lent } => {
+                format!("branch br_{id}: reserved {reserved}, lent {lent}")
+            }
+            LoanMismatch::Session { tenant, session, reserved, lent } => {
+                format!("session {tenant}/{session}: reserved {reserved}, lent {lent}")
+            }
+        })
         .collect();
     Ok(())
 }

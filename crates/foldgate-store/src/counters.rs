@@ -8,8 +8,8 @@ use uuid::Uuid;
 use crate::{
     StoreError,
     dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
-    store::SqlTx,
     ts::Ts,
+    tx::Tx,
 };
 
 /// How many rows each active-branch counter is split into: creations and
@@ -17,7 +17,7 @@ use crate::{
 /// proceed without waiting for one another's commits.
 pub(crate) const COUNTER_STRIPES: i64 = 16;
 
-impl<D: Dialect> SqlTx<D>
+impl<D: Dialect> Tx<D>
 where
     for<'c> &'c mut <D::DB as Database>::Connection: Executor<'c, Database = D::DB>,
     for<'a> &'a str: Encode<'a, D::DB> + Type<D::DB> + ColumnIndex<<D::DB as Database>::Row>,

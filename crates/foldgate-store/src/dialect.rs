@@ -95,7 +95,7 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     fn is_retryable(error: &StoreError) -> bool;
 
     /// Charges an upstream call to a branch and records it in its trace
-    /// (see [`crate::Store::meter_call`]).
+    /// (see [`crate::Store::meter_call`]), timed as `meter_call`.
     fn meter_call(
         store: &SqlStore<Self>,
         tenant: &TenantId,

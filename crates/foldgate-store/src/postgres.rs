@@ -117,7 +117,7 @@ impl Dialect for Postgres {
 }
 
 /// Charges an upstream call to a branch and appends it to the branch's
-/// trace, as [`crate::ops::meter_call`] does in a transaction of
+/// trace, as [`Tx::meter_call`](crate::tx::Tx::meter_call) does in a transaction of
 /// several statements; here the statement is the transaction.
 ///
 /// - `prior` locks the branch if it is active, and computes what

@@ -8,7 +8,6 @@ use uuid::Uuid;
 use crate::{
     ModelUsage, NewStep, Run, RunState, RunStep, StepKind, StepWritten, StoreError,
     dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
-    ops::Tx,
     record::{db_tokens, ledger},
     runs::{RunRow, StepRow, run_columns},
     store::SqlStore,

@@ -1,7 +1,8 @@
 //! [`Store`] for [`SqlStore`]: the reads and single statements here, the
-//! operations of several statements in [`crate::ops`] through [`Tx`].
+//! operations of several statements as methods of [`Tx`] (in
+//! [`crate::ops`], over the statements in [`crate::tx`]).
 //!
-//! [`Tx`]: crate::ops::Tx
+//! [`Tx`]: crate::tx::Tx
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::{
     ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunStep, StepWritten, Store,
     StoreError, ToolCalls, check_migrated,
     dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
-    due_branch, idle_session, ops,
+    due_branch, idle_session,
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     store::SqlStore,
     ts::Ts,
@@ -72,7 +73,7 @@ where
         self.in_tx("create_branch", Result::is_ok, |mut tx| {
             let new = &new;
             async move {
-                let result = ops::create(&mut tx, tenant, new).await;
+                let result = tx.create(tenant, new).await;
                 (tx, result)
             }
         })
@@ -191,7 +192,7 @@ where
             "consume",
             |_| true,
             |mut tx| async move {
-                let result = ops::consume(&mut tx, tenant, id, tokens, at).await;
+                let result = tx.consume(tenant, id, tokens, at).await;
                 (tx, result)
             },
         )
@@ -204,7 +205,7 @@ where
         id: BranchId,
         call: &CallRecord,
     ) -> Result<Option<Consumption>, StoreError> {
-        // Each dialect times its own metering (one statement, or a transaction).
+        // Each dialect times its own metering (retries included).
         D::meter_call(self, tenant, id, call).await
     }
 
@@ -335,7 +336,7 @@ where
             |mut tx| {
                 let finish = &finish;
                 async move {
-                    let result = ops::finish(&mut tx, tenant, id, finish).await;
+                    let result = tx.finish(tenant, id, finish).await;
                     (tx, result)
                 }
             },
@@ -348,7 +349,7 @@ where
             "finish_batch",
             |_| true,
             |mut tx| async move {
-                let result = ops::finish_batch(&mut tx, batch).await;
+                let result = tx.finish_batch(batch).await;
                 (tx, result)
             },
         )
@@ -390,7 +391,7 @@ where
             "fail_session_branches",
             |_| true,
             |mut tx| async move {
-                let result = ops::fail_session_branches(&mut tx, tenant, id, at).await;
+                let result = tx.fail_session_branches(tenant, id, at).await;
                 (tx, result)
             },
         )

@@ -12,7 +12,6 @@ use sqlx::{
 use crate::{
     CallRecord, ConnectOptions, StoreError,
     dialect::{Dialect, Locking},
-    ops,
     store::SqlStore,
 };
 
@@ -79,7 +78,7 @@ impl Dialect for Sqlite {
     }
 
     /// Charges an upstream call in a transaction of single statements (see
-    /// [`crate::ops::meter_call`]): they run in this process, so there are no
+    /// [`Tx::meter_call`](crate::tx::Tx::meter_call)): they run in this process, so there are no
     /// round trips to save. Metering commits like every other transaction:
     /// the setting that could relax it (`PRAGMA synchronous`) belongs to the
     /// connection.
@@ -94,7 +93,7 @@ impl Dialect for Sqlite {
                 "meter_call",
                 |_| true,
                 |mut tx| async move {
-                    let result = ops::meter_call(&mut tx, tenant, id, call).await;
+                    let result = tx.meter_call(tenant, id, call).await;
                     (tx, result)
                 },
             )

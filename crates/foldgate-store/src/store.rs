@@ -5,7 +5,7 @@ use std::{fmt, future::Future, marker::PhantomData, time::Instant};
 use opentelemetry::metrics::Meter;
 use sqlx::Pool;
 
-use crate::{StoreError, dialect::Dialect, metrics::StoreMetrics};
+use crate::{StoreError, dialect::Dialect, metrics::StoreMetrics, tx::Tx};
 
 /// How often a transaction that the database aborted for a retryable reason
 /// (see [`Dialect::is_retryable`]) is run before the error is returned.
@@ -42,9 +42,6 @@ impl<D: Dialect> Clone for SqlStore<D> {
         }
     }
 }
-
-/// A transaction of [`SqlStore`].
-pub(crate) struct SqlTx<D: Dialect>(pub(crate) sqlx::Transaction<'static, D::DB>);
 
 impl<D: Dialect> SqlStore<D> {
     pub(crate) fn new(pool: Pool<D::DB>, synchronous_metering: bool) -> Self {
@@ -89,8 +86,8 @@ impl<D: Dialect> SqlStore<D> {
         mut op: F,
     ) -> Result<R, StoreError>
     where
-        F: FnMut(SqlTx<D>) -> Fut + Send,
-        Fut: Future<Output = (SqlTx<D>, Result<R, StoreError>)> + Send,
+        F: FnMut(Tx<D>) -> Fut + Send,
+        Fut: Future<Output = (Tx<D>, Result<R, StoreError>)> + Send,
         R: Send,
     {
         let run = async {
@@ -99,7 +96,7 @@ impl<D: Dialect> SqlStore<D> {
                 attempt += 1;
                 let result = match D::begin(&self.pool).await {
                     Ok(tx) => {
-                        let (tx, result) = op(SqlTx(tx)).await;
+                        let (tx, result) = op(Tx(tx)).await;
                         match result {
                             Ok(value) if keep(&value) => {
                                 tx.0.commit().await.map(|()| value).map_err(StoreError::from)

@@ -1,7 +1,6 @@
-//! The statements of [`Tx`], each run inside a transaction that
-//! [`SqlStore::in_tx`](crate::store::SqlStore::in_tx) opened.
+//! [`Tx`], a transaction that [`SqlStore::in_tx`](crate::store::SqlStore::in_tx)
+//! opened, and its statements: each method runs one.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{EndReason, LimitKind, Limits, SessionId, Subject, TenantId, Tokens};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type, query::Query};
@@ -11,33 +10,25 @@ use crate::{
     CallRecord, Finish, NewRun, StoreError,
     counters::{DEPLOYMENT_COUNTER, TENANT_COUNTER},
     dialect::{Dialect, Locking, Param, Value, locking},
-    ops::{SessionLoad, Tx},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
-    store::SqlTx,
     ts::Ts,
 };
 
-/// A session row, locked.
-const LOCK_SESSION: Locking = locking!(
-    ["SELECT ", session_columns!(), " FROM sessions WHERE tenant_id = $1 AND session_id = $2"]
-    " FOR UPDATE" []
-);
+/// A transaction of [`SqlStore`](crate::store::SqlStore). The operations
+/// of several statements over it are in [`crate::ops`].
+pub(crate) struct Tx<D: Dialect>(pub(crate) sqlx::Transaction<'static, D::DB>);
 
-/// A branch row, locked.
-const LOCK_BRANCH: Locking = locking!(
-    ["SELECT ", branch_columns!(), " FROM branches WHERE tenant_id = $1 AND id = $2"]
-    " FOR UPDATE" []
-);
+/// How busy a session is, read under its lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLoad {
+    pub active: i64,
+    pub earliest_deadline: Option<DateTime<Utc>>,
+    /// Branches created since the start of the rate window.
+    pub recent: i64,
+    pub oldest_recent: Option<DateTime<Utc>>,
+}
 
-/// The active branches of a session, deepest first, locked.
-const LOCK_ACTIVE_IN_SESSION: Locking = locking!(
-    ["SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
-      AND status = 'active' ORDER BY depth DESC, id DESC"]
-    " FOR UPDATE" []
-);
-
-#[async_trait]
-impl<D: Dialect> Tx for SqlTx<D>
+impl<D: Dialect> Tx<D>
 where
     for<'c> &'c mut <D::DB as Database>::Connection: Executor<'c, Database = D::DB>,
     for<'a> &'a str: Encode<'a, D::DB> + Type<D::DB> + ColumnIndex<<D::DB as Database>::Row>,
@@ -55,7 +46,7 @@ where
     Uuid: Value<D::DB>,
     DateTime<Utc>: Value<D::DB>,
 {
-    async fn insert_session_if_absent(
+    pub(crate) async fn insert_session_if_absent(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
@@ -77,19 +68,26 @@ where
         Ok(())
     }
 
-    async fn lock_session(
+    /// A session row, locked.
+    const LOCK_SESSION: Locking = locking!(
+        ["SELECT ", session_columns!(), " FROM sessions WHERE tenant_id = $1 AND session_id = $2"]
+        " FOR UPDATE" []
+    );
+
+    pub(crate) async fn lock_session(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
     ) -> Result<Option<SessionRow>, StoreError> {
-        Ok(sqlx::query_as(D::pick(&LOCK_SESSION))
+        Ok(sqlx::query_as(D::pick(&Self::LOCK_SESSION))
             .bind(tenant.as_str())
             .bind(session.as_str())
             .fetch_optional(&mut *self.0)
             .await?)
     }
 
-    async fn open_session(
+    /// Opens an ended session again with a fresh pool and records activity.
+    pub(crate) async fn open_session(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
@@ -110,19 +108,25 @@ where
         Ok(())
     }
 
-    async fn lock_branch(
+    /// A branch row, locked.
+    const LOCK_BRANCH: Locking = locking!(
+        ["SELECT ", branch_columns!(), " FROM branches WHERE tenant_id = $1 AND id = $2"]
+        " FOR UPDATE" []
+    );
+
+    pub(crate) async fn lock_branch(
         &mut self,
         tenant: &TenantId,
         id: Uuid,
     ) -> Result<Option<BranchRow>, StoreError> {
-        Ok(sqlx::query_as(D::pick(&LOCK_BRANCH))
+        Ok(sqlx::query_as(D::pick(&Self::LOCK_BRANCH))
             .bind(tenant.as_str())
             .bind(id)
             .fetch_optional(&mut *self.0)
             .await?)
     }
 
-    async fn active_branch_id(
+    pub(crate) async fn active_branch_id(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
@@ -138,7 +142,7 @@ where
         .await?)
     }
 
-    async fn session_load(
+    pub(crate) async fn session_load(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
@@ -165,7 +169,9 @@ where
         Ok(SessionLoad { active, earliest_deadline, recent, oldest_recent })
     }
 
-    async fn take_slot(
+    /// Counts one more active branch for the tenant and the deployment if
+    /// both are under their limits; otherwise names the limit reached.
+    pub(crate) async fn take_slot(
         &mut self,
         tenant: &TenantId,
         limits: &Limits,
@@ -181,7 +187,9 @@ where
         Ok(None)
     }
 
-    async fn release_slots(&mut self, tenants: &[&TenantId]) -> Result<(), StoreError> {
+    /// Gives back one slot per entry of `tenants` in the tenants' counters,
+    /// then as many in the deployment's.
+    pub(crate) async fn release_slots(&mut self, tenants: &[&TenantId]) -> Result<(), StoreError> {
         for tenant in tenants {
             self.give_stripe(&TENANT_COUNTER, Some(tenant.as_str())).await?;
         }
@@ -191,7 +199,9 @@ where
         Ok(())
     }
 
-    async fn lend(
+    /// Lends `amount` from a parent branch, or from the session's root pool
+    /// when `parent` is `None`.
+    pub(crate) async fn lend(
         &mut self,
         tenant: &TenantId,
         session: &str,
@@ -217,7 +227,10 @@ where
         Ok(())
     }
 
-    async fn settle(
+    /// Gives a parent back a child's loan, keeping what the child spent, and
+    /// records the parent's 80% warning or exhaustion if that spending
+    /// crossed them.
+    pub(crate) async fn settle(
         &mut self,
         tenant: &TenantId,
         session: &str,
@@ -255,7 +268,7 @@ where
         Ok(())
     }
 
-    async fn insert_branch(&mut self, r: &BranchRow) -> Result<(), StoreError> {
+    pub(crate) async fn insert_branch(&mut self, r: &BranchRow) -> Result<(), StoreError> {
         sqlx::query(concat!(
             "INSERT INTO branches (",
             branch_columns!(),
@@ -289,7 +302,8 @@ where
         Ok(())
     }
 
-    async fn insert_run(
+    /// Inserts a gateway-run branch's run, its lease held by the creator.
+    pub(crate) async fn insert_run(
         &mut self,
         tenant: &TenantId,
         branch: Uuid,
@@ -314,7 +328,9 @@ where
         Ok(())
     }
 
-    async fn end_branch(
+    /// The conditional transition: only an `active` branch with no active
+    /// child changes. Returns the branch as it now is.
+    pub(crate) async fn end_branch(
         &mut self,
         tenant: &TenantId,
         id: Uuid,
@@ -339,7 +355,7 @@ where
         .await?)
     }
 
-    async fn record_consumption(
+    pub(crate) async fn record_consumption(
         &mut self,
         tenant: &TenantId,
         id: Uuid,
@@ -361,7 +377,8 @@ where
         Ok(())
     }
 
-    async fn insert_call(
+    /// Appends an upstream call to a branch's trace.
+    pub(crate) async fn insert_call(
         &mut self,
         tenant: &TenantId,
         branch: Uuid,
@@ -381,7 +398,7 @@ where
         Ok(())
     }
 
-    async fn touch_session(
+    pub(crate) async fn touch_session(
         &mut self,
         tenant: &TenantId,
         session: &str,
@@ -390,19 +407,27 @@ where
         touch_session(&mut *self.0, tenant, session, at).await
     }
 
-    async fn lock_active_in_session(
+    /// The active branches of a session, deepest first, locked.
+    const LOCK_ACTIVE_IN_SESSION: Locking = locking!(
+        ["SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
+          AND status = 'active' ORDER BY depth DESC, id DESC"]
+        " FOR UPDATE" []
+    );
+
+    /// Locks the active branches of a session, deepest first.
+    pub(crate) async fn lock_active_in_session(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,
     ) -> Result<Vec<Uuid>, StoreError> {
-        Ok(sqlx::query_scalar(D::pick(&LOCK_ACTIVE_IN_SESSION))
+        Ok(sqlx::query_scalar(D::pick(&Self::LOCK_ACTIVE_IN_SESSION))
             .bind(tenant.as_str())
             .bind(session.as_str())
             .fetch_all(&mut *self.0)
             .await?)
     }
 
-    async fn session_exists(
+    pub(crate) async fn session_exists(
         &mut self,
         tenant: &TenantId,
         session: &SessionId,

@@ -1,4 +1,5 @@
 //! The store's integration tests, in one binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
+mod charging;
 mod metrics;

@@ -1,57 +1,24 @@
 //! The books of gateway-run branches in the store, on Postgres and SQLite:
 //! steps written once and only by the holder of the run's lease, the
 //! context measured into the ledger, runs taken over exactly once.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{BranchKind, BranchStatus, Principal};
-use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService, ManualClock};
+use foldgate_domain::{BranchKind, BranchStatus};
+use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService};
 use foldgate_store::{Finish, NewRun, NewStep, RunState, StepKind, StepWritten};
-use foldgate_testkit::{Backend, ServiceBuilder, TestDb, principal};
+use foldgate_testkit::{Backend, on_both_backends, principal};
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(foldgate_testkit::Backend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(foldgate_testkit::Backend::Sqlite).await;
-                }
-            )*
-        }
-    };
-}
+use crate::env;
 
 on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     steps_are_written_once_in_order_by_the_lease_holder,
     a_model_step_measures_the_context_into_the_ledger,
     lapsed_runs_are_taken_over_once,
     a_gateway_run_branch_stays_out_of_the_agents_stack,
 );
-
-struct Env {
-    db: TestDb,
-    service: Arc<FoldingService>,
-    clock: ManualClock,
-    alice: Principal,
-}
-
-async fn env(backend: Backend) -> Env {
-    let db = TestDb::new(backend).await;
-    let clock = ManualClock::starting_now();
-    let service = ServiceBuilder::new(db.connect().await).clock(Arc::new(clock.clone())).build();
-    Env { db, service, clock, alice: principal("acme", "alice") }
-}
 
 fn req(service: &FoldingService, session: &str, budget: i64) -> CreateBranch {
     CreateBranch::parse(service.config(), session, "run it", None, Some(budget), None, None, None)

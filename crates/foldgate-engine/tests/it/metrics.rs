@@ -1,5 +1,4 @@
 //! The engine records redactions by rule into the meter it is given.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use foldgate_domain::{Message, Outcome};
 use foldgate_engine::{CreateBranch, EngineMetrics, ReturnBranch};
