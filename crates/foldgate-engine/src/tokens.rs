@@ -331,7 +331,7 @@ mod tests {
             let documents = [
                 include_str!("../../../README.md"),
                 include_str!("../../../docs/architecture.md"),
-                include_str!("service.rs"),
+                include_str!("service/mod.rs"),
                 include_str!("../../foldgate-scrub/src/builtin.toml"),
             ];
             for text in long_runs.iter().map(String::as_str).chain(documents) {
