@@ -381,4 +381,28 @@ mod tests {
             assert!(jsonschema::validator_for(&schema).is_ok(), "{}", tool.name());
         }
     }
+
+    /// The answers the end-to-end tests meet least often fit their schemas:
+    /// a session with no active branch, and a run that could not be waited
+    /// for; and a mistyped answer does not.
+    #[test]
+    fn the_rarer_answers_fit_their_schemas() {
+        let fits = |tool: FoldingTool, answer: &Value| {
+            let schema = Value::Object(output_schema(tool));
+            jsonschema::validator_for(&schema).unwrap().is_valid(answer)
+        };
+        let nothing = BranchStatusAnswer {
+            found: Found::Nothing(NoBranch::default()),
+            session_tokens_returned: Some(0),
+        };
+        assert!(fits(FoldingTool::BranchStatus, &to_value(&nothing)));
+        let running = RunAnswer::Running(StillRunning {
+            branch_id: BranchId::generate(),
+            status: "running",
+            message: "still working".to_owned(),
+        });
+        assert!(fits(FoldingTool::BranchRun, &to_value(&running)));
+        let mistyped = serde_json::json!({"branch_id": 7, "status": "running", "message": "m"});
+        assert!(!fits(FoldingTool::BranchRun, &mistyped));
+    }
 }

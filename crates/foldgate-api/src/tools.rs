@@ -252,6 +252,11 @@ pub(crate) fn principal_of(ctx: &RequestContext<RoleServer>) -> Option<Authentic
         .cloned()
 }
 
+/// The folding tools as listed, built once: their schemas are generated
+/// from types and never change.
+static FOLDING_TOOLS: std::sync::LazyLock<Vec<Tool>> =
+    std::sync::LazyLock::new(|| FoldingTool::ALL.into_iter().map(tool).collect());
+
 fn tool(t: FoldingTool) -> Tool {
     let (title, description, read_only, destructive) = match t {
         FoldingTool::BranchCreate => (
@@ -332,10 +337,10 @@ impl ServerHandler for FoldingTools {
         let runs = who
             .as_ref()
             .is_some_and(|w| !self.runner.models().names_for(&w.principal.tenant).is_empty());
-        let mut tools: Vec<Tool> = FoldingTool::ALL
-            .into_iter()
-            .filter(|t| *t != FoldingTool::BranchRun || runs)
-            .map(tool)
+        let mut tools: Vec<Tool> = FOLDING_TOOLS
+            .iter()
+            .filter(|t| t.name != FoldingTool::BranchRun.name() || runs)
+            .cloned()
             .collect();
         if let Some(who) = who {
             tools.extend(self.upstreams.tools_for(&who));
