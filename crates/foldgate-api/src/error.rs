@@ -30,6 +30,7 @@ use foldgate_background::{
 };
 use foldgate_engine::FoldError;
 use foldgate_store::{Store, StoreError};
+use foldgate_upstream::meter;
 use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, ErrorData};
 use serde_json::{Value, json};
 
@@ -68,11 +69,31 @@ pub(crate) fn invalid_argument(e: &ArgError) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), Some(json!({"field": e.field, "reason": e.reason})))
 }
 
+/// A failure inside the gateway, as it is logged; the client is told none of
+/// it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Internal {
+    /// A request reached a handler without the principal that the auth layer
+    /// puts on every request it lets through.
+    #[error("a request reached its handler without a principal")]
+    NoPrincipal,
+    /// A tool call reached its handler without the call the guard checked.
+    #[error("a tool call reached its handler without the guard's checked call")]
+    Unchecked,
+    /// A run's outcome could not be turned into a task's result.
+    #[error("a run's result could not be encoded as a JSON object")]
+    Unencodable,
+    #[error(transparent)]
+    Upstream(#[from] meter::Fault),
+    #[error(transparent)]
+    Fold(#[from] FoldError),
+}
+
 /// An internal failure: logged with a fresh correlation id, which is all the
 /// client gets.
-pub(crate) fn internal(what: &str) -> ErrorData {
+pub(crate) fn internal(what: Internal) -> ErrorData {
     let id = uuid::Uuid::new_v4();
-    tracing::error!(correlation_id = %id, error = what, "internal error");
+    tracing::error!(correlation_id = %id, error = %what, "internal error");
     ErrorData::internal_error("internal error", Some(json!({"correlation_id": id.to_string()})))
 }
 

@@ -29,6 +29,6 @@ pub(crate) async fn call(
         Ok(Answer::Result(result)) => Ok(result.into()),
         Ok(Answer::Error(e)) => Err(e),
         Err(CallFailure::Refused(e)) => error::tool_error(name, &e),
-        Err(CallFailure::Internal(what)) => Err(error::internal(&what)),
+        Err(CallFailure::Internal(what)) => Err(error::internal(what.into())),
     }
 }

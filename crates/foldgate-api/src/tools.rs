@@ -31,7 +31,8 @@ use crate::{
     args::{self, FoldingTool, Parsed},
     auth::Authenticated,
     call::Checked,
-    error, proxy,
+    error::{self, Internal},
+    proxy,
 };
 use foldgate_upstream::{Upstreams, meter::UpstreamCall};
 
@@ -200,9 +201,9 @@ impl FoldingTools {
         let branch = match self.service.status(who, StatusQuery::Branch(id)).await {
             Ok(Some(branch)) if branch.kind == BranchKind::Gateway => branch,
             Ok(_) | Err(FoldError::BranchNotFound) => return Err(unknown()),
-            Err(e) => return Err(task_error(&e)),
+            Err(e) => return Err(task_error(e)),
         };
-        let found = self.runner.outcome_or_steps(who, id).await.map_err(|e| task_error(&e))?;
+        let found = self.runner.outcome_or_steps(who, id).await.map_err(task_error)?;
         let created = branch.created_at.to_rfc3339();
         Ok(match found {
             Ok(outcome) => {
@@ -212,7 +213,7 @@ impl FoldingTools {
                     CallToolResult::structured(to_value(&RunAnswer::Done(Box::new(outcome))));
                 let result = match serde_json::to_value(&result) {
                     Ok(Value::Object(map)) => map,
-                    _ => return Err(error::internal("a run's result could not be encoded")),
+                    _ => return Err(error::internal(Internal::Unencodable)),
                 };
                 DetailedTask::new(task, TaskPayload::Completed { result })
             }
@@ -240,8 +241,8 @@ async fn notify(
     }
 }
 
-fn task_error(e: &FoldError) -> ErrorData {
-    error::tool_error("tasks/get", e).err().unwrap_or_else(|| error::internal(&e.to_string()))
+fn task_error(e: FoldError) -> ErrorData {
+    error::tool_error("tasks/get", &e).err().unwrap_or_else(|| error::internal(e.into()))
 }
 
 /// The principal the auth layer put on the HTTP request.
@@ -390,7 +391,7 @@ impl ServerHandler for FoldingTools {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let Some(who) = principal_of(&context) else {
-            return Err(error::internal("request without a principal"));
+            return Err(error::internal(Internal::NoPrincipal));
         };
         Ok(GetTaskResult::new(self.task(&who.principal, &request.task_id).await?))
     }
@@ -402,7 +403,7 @@ impl ServerHandler for FoldingTools {
     ) -> Result<(), ErrorData> {
         // A run never asks its caller for input: there is nothing to update.
         let Some(who) = principal_of(&context) else {
-            return Err(error::internal("request without a principal"));
+            return Err(error::internal(Internal::NoPrincipal));
         };
         self.task(&who.principal, &request.task_id).await.map(|_| ())
     }
@@ -414,7 +415,7 @@ impl ServerHandler for FoldingTools {
     ) -> Result<(), ErrorData> {
         // The guard has checked the token's scope.
         let Some(who) = principal_of(&context) else {
-            return Err(error::internal("request without a principal"));
+            return Err(error::internal(Internal::NoPrincipal));
         };
         let task = self.task(&who.principal, &request.task_id).await?;
         if task.status() == TaskStatus::Working
@@ -424,7 +425,7 @@ impl ServerHandler for FoldingTools {
             self.service
                 .force_return(&who.principal.tenant, id, EndReason::ReportedFailure)
                 .await
-                .map_err(|e| task_error(&e))?;
+                .map_err(task_error)?;
         }
         Ok(())
     }
@@ -439,7 +440,7 @@ impl ServerHandler for FoldingTools {
         let checked = parts.and_then(|p| p.extensions.get::<Checked>());
         let (Some(who), Some(checked)) = (who, checked) else {
             // The auth layer and the guard run before every call reaches here.
-            return Err(error::internal("tool call not authenticated and checked"));
+            return Err(error::internal(Internal::Unchecked));
         };
         match checked.clone() {
             Checked::Upstream { upstream, tool, branch } => {

@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use foldgate_domain::{
     Branch, BranchId, BranchStatus, EndReason, Principal, ReturnTier, TenantId, Tokens,
 };
-use foldgate_engine::{CallTarget, CreateBranch, FoldError, FoldingService};
+use foldgate_engine::{CallTarget, CreateBranch, FoldError, FoldingService, ScrubFailure};
 use foldgate_store::{Finish, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
 use foldgate_upstream::{
     Caller, Lookup, Upstream, UpstreamTool, Upstreams,

@@ -311,7 +311,8 @@ impl Runner {
         });
         let message = match self.scrub(&text, why) {
             Ok(message) => message,
-            Err(()) => {
+            Err(e) => {
+                tracing::error!(error = %e, "scrubbing a run's finding failed; it was withheld");
                 failure = Some((
                     "scrubbing_failed",
                     "the finding could not be scrubbed of secrets; nothing was returned".into(),
@@ -365,10 +366,8 @@ impl Runner {
 
     /// The finding as the caller gets it: scrubbed (fail closed), and
     /// marked when the run was cut.
-    pub(super) fn scrub(&self, text: &str, cut: Option<&str>) -> Result<String, ()> {
-        let scrubbed = self.service.scrubber().scrub(text).map_err(|e| {
-            tracing::error!(error = %e, "scrubbing a run's finding failed; it was withheld");
-        })?;
+    pub(super) fn scrub(&self, text: &str, cut: Option<&str>) -> Result<String, ScrubFailure> {
+        let scrubbed = self.service.scrubber().scrub(text)?;
         self.service.redacted(&scrubbed.by_rule);
         let mut message = scrubbed.text;
         if let Some(why) = cut {

@@ -22,8 +22,8 @@ use std::{sync::Arc, time::Instant};
 
 use foldgate_domain::{BranchId, ErrorCode, Principal, Tokens};
 use foldgate_engine::{
-    CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, OutsideUsage, Scrubber,
-    TokenCounter,
+    CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, OutsideUsage, ScrubFailure,
+    Scrubber, TokenCounter,
 };
 use http::HeaderMap;
 use rmcp::model::{CallToolResult, ErrorCode as RpcCode, ErrorData};
@@ -68,10 +68,34 @@ pub enum CallFailure {
     /// The folding engine refused before anything was forwarded.
     #[error(transparent)]
     Refused(#[from] FoldError),
-    /// The gateway failed (the database, an unreadable result); the text is
-    /// for the log, never for the client.
-    #[error("{0}")]
-    Internal(String),
+    /// The gateway failed; what it says is for the log, never for the
+    /// client.
+    #[error(transparent)]
+    Internal(#[from] Fault),
+}
+
+/// A failure of the gateway's own while it made or metered a call.
+#[derive(Debug, thiserror::Error)]
+pub enum Fault {
+    /// The call could not be booked to its branch (the database failed).
+    #[error("metering an upstream call: {0}")]
+    Metering(#[source] FoldError),
+    /// The upstream's answer, once scrubbed and counted, is not a tool result.
+    #[error("upstream {upstream:?} returned an unreadable result: {source}")]
+    UnreadableResult {
+        upstream: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Why an upstream's answer was withheld instead of scrubbed.
+#[derive(Debug, thiserror::Error)]
+enum Withheld {
+    #[error(transparent)]
+    Scrub(#[from] ScrubFailure),
+    #[error("the scrubbing task did not finish: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// Forwards a call to an upstream and meters it where `target` says, in an
@@ -143,12 +167,17 @@ async fn forward(
             let error = json!({"message": message, "data": data});
             let scrubbed =
                 scrub_and_count(scrubber, &tokens, error, upstream.config.scrub_results).await;
-            let Ok((error, tokens_out)) = scrubbed else {
-                meter.record(tokens_in, 0, CallOutcome::Refused).await?;
-                return Ok(refusal(
-                    ErrorCode::ScrubbingFailed,
-                    "the upstream's error could not be scrubbed of secrets",
-                ));
+            let (error, tokens_out) = match scrubbed {
+                Ok(scrubbed) => scrubbed,
+                Err(e) => {
+                    meter.record(tokens_in, 0, CallOutcome::Refused).await?;
+                    tracing::error!(upstream = %upstream.name(), tool = name, error = %e,
+                        "an upstream error could not be scrubbed; it was withheld");
+                    return Ok(refusal(
+                        ErrorCode::ScrubbingFailed,
+                        "the upstream's error could not be scrubbed of secrets",
+                    ));
+                }
             };
             let metered = meter.record(tokens_in, tokens_out, CallOutcome::ToolError).await?;
             let mut message = error["message"].as_str().unwrap_or_default().to_owned();
@@ -164,17 +193,19 @@ async fn forward(
         }
     };
 
-    let Ok((mut result, mut tokens_out)) =
-        scrub_and_count(scrubber, &tokens, raw, upstream.config.scrub_results).await
-    else {
-        meter.record(tokens_in, 0, CallOutcome::Refused).await?;
-        tracing::error!(upstream = %upstream.name(), tool = name,
-            "an upstream result could not be scrubbed; it was withheld");
-        return Ok(refusal(
-            ErrorCode::ScrubbingFailed,
-            "the result could not be scrubbed of secrets; nothing was returned",
-        ));
-    };
+    let (mut result, mut tokens_out) =
+        match scrub_and_count(scrubber, &tokens, raw, upstream.config.scrub_results).await {
+            Ok(scrubbed) => scrubbed,
+            Err(e) => {
+                meter.record(tokens_in, 0, CallOutcome::Refused).await?;
+                tracing::error!(upstream = %upstream.name(), tool = name, error = %e,
+                    "an upstream result could not be scrubbed; it was withheld");
+                return Ok(refusal(
+                    ErrorCode::ScrubbingFailed,
+                    "the result could not be scrubbed of secrets; nothing was returned",
+                ));
+            }
+        };
     let mut outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
         CallOutcome::ToolError
     } else {
@@ -193,10 +224,10 @@ async fn forward(
         outcome = CallOutcome::Truncated;
     }
     let mut result: CallToolResult = serde_json::from_value(result).map_err(|e| {
-        CallFailure::Internal(format!(
-            "upstream {:?} returned an unreadable result: {e}",
-            upstream.name()
-        ))
+        CallFailure::Internal(Fault::UnreadableResult {
+            upstream: upstream.name().to_owned(),
+            source: e,
+        })
     })?;
     // Upstreams speak an older protocol version, whose results carry no
     // `resultType`; this one is complete (rmcp drops the field again for
@@ -350,7 +381,7 @@ impl Meter<'_> {
                     self.service.meter_call(&self.who.tenant, branch.id, &call).await.map_err(
                         |e| {
                             noted(tokens_out, outcome);
-                            CallFailure::Internal(format!("metering an upstream call: {e}"))
+                            CallFailure::Internal(Fault::Metering(e))
                         },
                     )?;
                 // A branch that ended meanwhile grants nothing.
@@ -411,7 +442,7 @@ async fn scrub_and_count(
     tokens: &TokenCounter,
     value: Value,
     scrub: bool,
-) -> Result<(Value, Tokens), ()> {
+) -> Result<(Value, Tokens), Withheld> {
     if text_within(&value, &mut { INLINE_TEXT_BYTES }) {
         return scrub_and_count_now(scrubber.as_ref(), tokens, value, scrub);
     }
@@ -420,8 +451,7 @@ async fn scrub_and_count(
     tokio::task::spawn_blocking(move || {
         scrub_and_count_now(scrubber.as_ref(), &tokens, value, scrub)
     })
-    .await
-    .unwrap_or(Err(()))
+    .await?
 }
 
 fn scrub_and_count_now(
@@ -429,15 +459,8 @@ fn scrub_and_count_now(
     tokens: &TokenCounter,
     value: Value,
     scrub: bool,
-) -> Result<(Value, Tokens), ()> {
-    let value = if scrub {
-        let scrubbed = scrubber.scrub_json(&value).map_err(|e| {
-            tracing::error!(error = %e, "scrubbing an upstream answer failed");
-        })?;
-        scrubbed.value
-    } else {
-        value
-    };
+) -> Result<(Value, Tokens), Withheld> {
+    let value = if scrub { scrubber.scrub_json(&value)?.value } else { value };
     let count = result_tokens(tokens, &value);
     Ok((value, count))
 }
