@@ -1,4 +1,5 @@
-//! Error types: one enum for loading rules, one for scrubbing input.
+//! Error types: one enum for loading secret rules, one for scrubbing input,
+//! and one for loading injection rules.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -69,6 +70,23 @@ pub enum LoadError {
     /// The keyword prefilter could not be built.
     #[error("cannot build the keyword prefilter: {0}")]
     Prefilter(#[from] aho_corasick::BuildError),
+}
+
+/// Why a set of injection rules could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InjectionLoadError {
+    /// The document is not TOML, or its top level is not `[[rules]]`
+    /// tables (an unknown key, such as a misspelt `rules`, is refused).
+    #[error("injection rules document is not valid: {0}")]
+    Toml(String),
+    /// One or more rules are malformed or their regex does not compile.
+    #[error("{} injection rule(s) rejected: {}", .0.len(), join_rejected(.0))]
+    InvalidRules(Vec<RejectedRule>),
+    /// Two rules share an id, or a rule takes the id of a built-in check,
+    /// within one document or across the built-in set and an operator's
+    /// file.
+    #[error("duplicate injection rule id `{0}`")]
+    DuplicateRuleId(String),
 }
 
 fn join_rejected(rejected: &[RejectedRule]) -> String {

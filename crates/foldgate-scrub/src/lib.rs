@@ -7,6 +7,10 @@
 //! secret with `[REDACTED:rule-id]`; the accompanying [`Report`] says which
 //! rules fired and how often, never what they matched.
 //!
+//! The same crate screens reasoning-memory items for prompt injection
+//! before they reach another agent's context ([`InjectionRules`]), with
+//! rules in TOML in the same spirit: a built-in set and an operator's file.
+//!
 //! The API fails closed: anything that cannot be scrubbed with confidence
 //! (input over the size limit, JSON nested too deeply, a broken invariant)
 //! is an error, so callers never receive unscrubbed data by accident.
@@ -25,6 +29,8 @@
 mod config;
 mod error;
 mod format;
+mod injection;
+mod invisible;
 mod json;
 mod report;
 mod rules;
@@ -36,7 +42,11 @@ mod translate;
 mod proptests;
 
 pub use config::ScrubConfig;
-pub use error::{LoadError, RejectedRule, ScrubError, SkippedRule};
+pub use error::{InjectionLoadError, LoadError, RejectedRule, ScrubError, SkippedRule};
+pub use injection::{
+    DEFAULT_MAX_SCREEN_BYTES, HIDDEN_UNICODE_RULE_ID, INPUT_TOO_LARGE_RULE_ID, InjectionFinding,
+    InjectionRules, Screening,
+};
 pub use json::ScrubbedJson;
 pub use report::Report;
 pub use ruleset::{DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_JSON_DEPTH, LenientLoad, RuleSet};
