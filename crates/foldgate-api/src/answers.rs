@@ -11,7 +11,10 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::args::{FoldingTool, schema_object};
+use crate::{
+    args::{FoldingTool, schema_object},
+    memory::{InjectedView, MemoryFeedbackAnswer, MemoryRecorded, MemorySearchAnswer},
+};
 
 /// `branch_create`'s answer.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -30,6 +33,11 @@ pub struct BranchCreated {
     pub deadline_at: DateTime<Utc>,
     pub status: &'static str,
     pub return_tier: &'static str,
+    /// Lessons from your team's memory the branch starts with (when `inject_memories`), best
+    /// match first; their text is in your context now only through this answer.
+    pub injected_context: Vec<InjectedView>,
+    /// Tokens of the injected lessons, charged to the branch.
+    pub injected_tokens: Tokens,
 }
 
 impl From<&Created> for BranchCreated {
@@ -46,6 +54,8 @@ impl From<&Created> for BranchCreated {
             deadline_at: b.deadline_at,
             status: b.status.as_str(),
             return_tier: b.return_tier.as_str(),
+            injected_context: InjectedView::list(&created.injection),
+            injected_tokens: created.injection.tokens,
         }
     }
 }
@@ -71,6 +81,8 @@ pub struct BranchReturned {
     pub return_tier: &'static str,
     /// The message is longer than the tier asks for.
     pub tier_exceeded: bool,
+    /// The message is being kept in the team's memory as a lesson (`extract_memory`).
+    pub memory_extracted: bool,
 }
 
 impl From<&Returned> for BranchReturned {
@@ -88,6 +100,7 @@ impl From<&Returned> for BranchReturned {
             children_force_returned: returned.children_ended.clone(),
             return_tier: b.return_tier.as_str(),
             tier_exceeded: returned.tokens_returned > b.return_tier.max_tokens(),
+            memory_extracted: false,
         }
     }
 }
@@ -360,6 +373,9 @@ pub fn output_schema(tool: FoldingTool) -> Map<String, Value> {
         FoldingTool::BranchRun => schemars::schema_for!(RunAnswer),
         FoldingTool::BranchStatus => schemars::schema_for!(BranchStatusAnswer),
         FoldingTool::SessionEnd => schemars::schema_for!(SessionEndAnswer),
+        FoldingTool::MemorySearch => schemars::schema_for!(MemorySearchAnswer),
+        FoldingTool::MemoryRecord => schemars::schema_for!(MemoryRecorded),
+        FoldingTool::MemoryFeedback => schemars::schema_for!(MemoryFeedbackAnswer),
     })
 }
 

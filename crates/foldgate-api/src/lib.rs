@@ -20,6 +20,7 @@ pub mod error;
 mod exchange;
 mod guard;
 mod limit;
+pub mod memory;
 pub mod metrics;
 mod observe;
 pub mod proxy;

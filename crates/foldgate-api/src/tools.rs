@@ -28,11 +28,11 @@ use crate::{
         self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, NoBranch,
         RunAnswer, RunView, SessionEndAnswer, StillRunning, to_value,
     },
-    args::{self, FoldingTool, Parsed},
+    args::{self, Extract, FoldingTool, Parsed},
     auth::Authenticated,
     call::Checked,
     error::{self, Internal},
-    proxy,
+    memory, proxy,
 };
 use foldgate_upstream::{Upstreams, meter::UpstreamCall};
 
@@ -44,6 +44,11 @@ gateway runs it on its own model with your upstream tools and returns only the f
 inside a budgeted branch, call branch_create, work with the tools, then branch_return with a \
 short summary; the gateway keeps the books, but only your client can drop the branch's turns \
 from your context. branch_status shows a branch or a session; session_end closes a session.";
+
+/// What the server adds about the reasoning memory when it is on.
+const MEMORY_INSTRUCTIONS: &str = " Your team's earlier branches left lessons in the gateway's \
+memory: memory_search finds them, memory_record keeps one of yours, memory_feedback says whether \
+one helped (which is how lessons earn trust).";
 
 /// How often a client that asked for progress hears from a run that has
 /// written no new step, so that it and the proxies in between know the
@@ -81,9 +86,19 @@ impl FoldingTools {
         let s = &self.service;
         Ok(match parsed {
             Parsed::Create(req) => to_value(&BranchCreated::from(&s.create(who, req).await?)),
-            Parsed::Return(req) => {
-                to_value(&BranchReturned::from(&s.return_branch(who, req).await?))
+            Parsed::Return(req, Extract(extract)) => {
+                let returned = s.return_branch(who, req).await?;
+                let mut answer = BranchReturned::from(&returned);
+                if let Some(bank) = s.memory().filter(|_| extract) {
+                    memory::extract(bank, who, &returned);
+                    answer.memory_extracted = true;
+                }
+                to_value(&answer)
             }
+            Parsed::Memory(call) => match s.memory() {
+                Some(bank) => memory::call(bank, who, call).await?,
+                None => return Err(FoldError::MemoryDisabled),
+            },
             Parsed::Run(_) => {
                 // Answered by `run`, which needs the request's context.
                 return Err(FoldError::Busy);
@@ -307,6 +322,32 @@ fn tool(t: FoldingTool) -> Tool {
             false,
             true,
         ),
+        FoldingTool::MemorySearch => (
+            "Search the team's memory",
+            "Find lessons your team's earlier branches learned (strategies that worked, pitfalls \
+             to avoid) that match what you are about to do. Each item says where it came from, \
+             its confidence, and whether it is trusted yet (an agent's lesson is trusted once it \
+             has helped). Items flagged as prompt injection are never returned.",
+            true,
+            false,
+        ),
+        FoldingTool::MemoryRecord => (
+            "Record a lesson",
+            "Keep a lesson for your team's later branches: a strategy that worked or a pitfall \
+             and why, concrete enough to act on. Secrets are redacted; text that tries to \
+             instruct a model is flagged and never shown to anyone. It starts untrusted and is \
+             injected into branches once memory_feedback says it helped.",
+            false,
+            false,
+        ),
+        FoldingTool::MemoryFeedback => (
+            "Say whether a lesson helped",
+            "Tell the gateway whether following a lesson (from injected_context or \
+             memory_search) helped. Its confidence moves: lessons that help are injected more, \
+             lessons that keep failing stop being injected.",
+            false,
+            false,
+        ),
     };
     let mut annotations = ToolAnnotations::default();
     annotations.title = Some(title.to_owned());
@@ -325,7 +366,11 @@ impl ServerHandler for FoldingTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
             .with_server_info(Implementation::new("foldgate", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(if self.service.memory().is_some() {
+                [INSTRUCTIONS, MEMORY_INSTRUCTIONS].concat()
+            } else {
+                INSTRUCTIONS.to_owned()
+            })
     }
 
     async fn list_tools(
@@ -338,9 +383,15 @@ impl ServerHandler for FoldingTools {
         let runs = who
             .as_ref()
             .is_some_and(|w| !self.runner.models().names_for(&w.principal.tenant).is_empty());
+        // The memory's tools, when it is on.
+        let memory = self.service.memory().is_some();
         let mut tools: Vec<Tool> = FOLDING_TOOLS
             .iter()
-            .filter(|t| t.name != FoldingTool::BranchRun.name() || runs)
+            .filter(|t| match FoldingTool::from_name(&t.name) {
+                Some(FoldingTool::BranchRun) => runs,
+                Some(tool) if tool.is_memory() => memory,
+                _ => true,
+            })
             .cloned()
             .collect();
         if let Some(who) = who {

@@ -43,18 +43,14 @@ pub const SCOPE_READ: &str = "fold:read";
 /// Scope for changing folding state (`branch_create`, `branch_return`,
 /// `session_end`).
 pub const SCOPE_WRITE: &str = "fold:write";
+/// Scope for searching the reasoning memory (`memory_search`).
+pub const SCOPE_MEMORY_READ: &str = "memory:read";
+/// Scope for adding to the reasoning memory (`memory_record`,
+/// `memory_feedback`).
+pub const SCOPE_MEMORY_WRITE: &str = "memory:write";
 /// Every scope this server knows, as published in its metadata.
-pub const SCOPES_SUPPORTED: [&str; 2] = [SCOPE_READ, SCOPE_WRITE];
-
-/// The scope a folding tool needs, or `None` for a tool this module does not
-/// know (the caller decides, e.g. for upstream tools).
-pub fn required_scope(tool: &str) -> Option<&'static str> {
-    match tool {
-        "branch_status" => Some(SCOPE_READ),
-        "branch_create" | "branch_return" | "session_end" => Some(SCOPE_WRITE),
-        _ => None,
-    }
-}
+pub const SCOPES_SUPPORTED: [&str; 4] =
+    [SCOPE_READ, SCOPE_WRITE, SCOPE_MEMORY_READ, SCOPE_MEMORY_WRITE];
 
 /// A verified caller, as the middleware leaves it in the request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]

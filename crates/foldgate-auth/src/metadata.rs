@@ -110,7 +110,7 @@ mod tests {
             serde_json::json!({
                 "resource": "https://gw.example/mcp",
                 "authorization_servers": ["https://idp.example"],
-                "scopes_supported": ["fold:read", "fold:write"],
+                "scopes_supported": ["fold:read", "fold:write", "memory:read", "memory:write"],
                 "bearer_methods_supported": ["header"],
             })
         );

@@ -76,6 +76,8 @@ pub enum ErrorCode {
     GatewayRunBranch,
     /// The model provider failed (after retries) or answered garbage.
     ModelFailed,
+    /// No memory item of that id in the caller's tenant.
+    MemoryNotFound,
     Internal,
 }
 
@@ -95,6 +97,7 @@ impl ErrorCode {
             Self::ModelNotFound => "model_not_found",
             Self::GatewayRunBranch => "gateway_run_branch",
             Self::ModelFailed => "model_failed",
+            Self::MemoryNotFound => "memory_not_found",
             Self::Internal => "internal",
         }
     }

@@ -15,6 +15,7 @@ mod clock;
 mod error;
 mod ids;
 mod limits;
+mod memory;
 mod run;
 mod session;
 mod text;
@@ -27,6 +28,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ConfigError, ErrorCode, InvalidInput};
 pub use ids::{BranchId, Principal, SessionId, Subject, TenantId};
 pub use limits::{LimitKind, Limits};
+pub use memory::{
+    Confidence, MemoryContent, MemoryDescription, MemoryId, MemoryItem, MemoryKind, MemorySource,
+    MemoryTitle, PRIOR_WEIGHT, Provenance, confidence_after,
+};
 pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
 pub use text::{Description, Message, Prompt, strip_control};

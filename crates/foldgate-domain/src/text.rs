@@ -5,8 +5,6 @@
 //! from humans reviewing transcripts and confuse terminals); limits are
 //! counted in characters after that removal.
 
-use std::fmt;
-
 use crate::InvalidInput;
 
 /// Removes control characters except newline and tab. Carriage returns go
@@ -15,7 +13,7 @@ pub fn strip_control(raw: &str) -> String {
     raw.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t')).collect()
 }
 
-fn parse_text(
+pub(crate) fn parse_text(
     field: &'static str,
     raw: &str,
     max_chars: usize,
@@ -47,7 +45,7 @@ macro_rules! bounded_text {
 
             /// Strips control characters, then checks the length.
             pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-                parse_text($field, raw, Self::MAX_CHARS, $required).map(Self)
+                $crate::text::parse_text($field, raw, Self::MAX_CHARS, $required).map(Self)
             }
 
             pub fn as_str(&self) -> &str {
@@ -59,15 +57,16 @@ macro_rules! bounded_text {
             }
         }
 
-        impl fmt::Debug for $name {
+        impl ::std::fmt::Debug for $name {
             // Free text can be long and may carry secrets before scrubbing:
             // debug output shows only its size.
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 write!(f, "{}({} chars)", stringify!($name), self.0.chars().count())
             }
         }
     };
 }
+pub(crate) use bounded_text;
 
 bounded_text!(
     /// What a branch is for, in a sentence: required, at most 500 characters.

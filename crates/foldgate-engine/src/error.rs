@@ -39,6 +39,12 @@ pub enum FoldError {
     /// No `[[models]]` entry of that name serves the caller's tenant.
     #[error("no model {name:?} is configured for this tenant")]
     ModelNotFound { name: String },
+    /// No memory item of that id in the caller's tenant.
+    #[error("memory item not found")]
+    MemoryNotFound,
+    /// The operator turned the reasoning memory off.
+    #[error("the memory is off on this gateway")]
+    MemoryDisabled,
     #[error("storage failure")]
     Store(StoreError),
 }
@@ -69,6 +75,8 @@ impl FoldError {
             Self::Busy => ErrorCode::Busy,
             Self::GatewayRunBranch => ErrorCode::GatewayRunBranch,
             Self::ModelNotFound { .. } => ErrorCode::ModelNotFound,
+            Self::MemoryNotFound => ErrorCode::MemoryNotFound,
+            Self::MemoryDisabled => ErrorCode::InvalidArgument,
             Self::Store(_) => ErrorCode::Internal,
         }
     }

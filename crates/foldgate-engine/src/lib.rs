@@ -10,6 +10,7 @@
 
 mod config;
 mod error;
+mod memory;
 mod metrics;
 mod scrub;
 mod service;
@@ -20,6 +21,9 @@ pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
+pub use memory::{
+    Found, Injection, MemoryBank, MemoryConfig, RecordMemory, Screen, ScreenSetupError,
+};
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{
     ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber, scrubber_from_config,

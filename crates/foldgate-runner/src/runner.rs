@@ -256,6 +256,7 @@ impl Runner {
             scopes: who.scopes.iter().cloned().collect(),
             lease_owner: self.owner.clone(),
             lease_until: self.lease_end(),
+            lessons: None,
         };
         let created = self.service.create_run(&who.principal, req.create, run).await?;
         let branch = created.branch;

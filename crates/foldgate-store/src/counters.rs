@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::{
     StoreError,
-    dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
+    dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     ts::Ts,
     tx::Tx,
 };
@@ -108,9 +108,9 @@ where
 /// first `limit % stripes` stripes, so that the rooms add up to the
 /// limit.
 pub(crate) struct CounterSql {
-    take_free: Locking,
+    take_free: Sql,
     take_in: &'static str,
-    give_free: Locking,
+    give_free: Sql,
     give_in: &'static str,
 }
 

@@ -6,7 +6,7 @@
 //! transactions are `BEGIN IMMEDIATE` and so hold the database's one write
 //! lock from the start. A [`Dialect`] says how a backend begins a
 //! transaction, which of its errors are worth a retry, which form of a
-//! [`Locking`] statement it runs, and how it charges an upstream call.
+//! form of a [`Sql`] statement it runs, and how it charges an upstream call.
 
 use std::{fmt::Debug, future::Future};
 
@@ -15,20 +15,21 @@ use sqlx::{Database, Decode, Encode, IntoArguments, Pool, Transaction, Type, mig
 
 use crate::{CallRecord, StoreError, store::SqlStore};
 
-/// A statement in its two forms: with the row-lock clause (Postgres) and
-/// without it (SQLite). Built by [`locking!`].
+/// A statement in its Postgres and its SQLite form: most often the same
+/// but for the row-lock clause (built by [`locking!`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Locking {
+pub struct Sql {
     pub postgres: &'static str,
     pub sqlite: &'static str,
 }
 
-/// A [`Locking`] statement from its text before and after a lock clause:
+/// A [`Sql`] statement whose forms differ only by a lock clause, from its
+/// text before and after the clause:
 /// `locking!([before…] " FOR UPDATE" [after…])`. The parts are literals (or
 /// macros giving literals) for `concat!`.
 macro_rules! locking {
     ([$($before:tt)*] $clause:literal [$($after:tt)*]) => {
-        $crate::dialect::Locking {
+        $crate::dialect::Sql {
             postgres: concat!($($before)*, $clause, $($after)*),
             sqlite: concat!($($before)*, $($after)*),
         }
@@ -83,7 +84,7 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     fn migrator() -> &'static Migrator;
 
     /// The form of `statement` this backend runs.
-    fn pick(statement: &Locking) -> &'static str;
+    fn pick(statement: &Sql) -> &'static str;
 
     /// Opens a transaction.
     fn begin(

@@ -19,6 +19,7 @@ mod counters;
 pub mod dialect;
 mod error;
 pub mod inspect;
+mod memory;
 mod metrics;
 mod ops;
 mod postgres;
@@ -39,6 +40,7 @@ pub use connect::{
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
+pub use memory::{MAX_TERMS, MemoryQuery, MemoryStore, NewMemory, Ranked, query_terms};
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,

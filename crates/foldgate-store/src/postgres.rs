@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::{
     CallRecord, ConnectOptions, StoreError,
-    dialect::{Dialect, Locking},
+    dialect::{Dialect, Sql},
     record::{db_tokens, ledger},
     store::{SqlStore, retry_after_conflict},
     ts::Ts,
@@ -57,7 +57,7 @@ impl Dialect for Postgres {
         &MIGRATOR
     }
 
-    fn pick(statement: &Locking) -> &'static str {
+    fn pick(statement: &Sql) -> &'static str {
         statement.postgres
     }
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::{
     ModelUsage, NewStep, Run, RunState, RunStep, StepKind, StepWritten, StoreError,
-    dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
+    dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     record::{db_tokens, ledger},
     runs::{RunRow, StepRow, run_columns},
     store::SqlStore,
@@ -15,13 +15,13 @@ use crate::{
 };
 
 /// A run's progress and lease, locked.
-const LOCK_RUN: Locking = locking!(
+const LOCK_RUN: Sql = locking!(
     ["SELECT steps, lease_owner, state FROM branch_runs WHERE tenant_id = $1 AND branch_id = $2"]
     " FOR UPDATE" []
 );
 
 /// Takes over runs whose lease lapsed; a replica skips the rows another one holds.
-const CLAIM_LAPSED: Locking = locking!(
+const CLAIM_LAPSED: Sql = locking!(
     ["UPDATE branch_runs SET lease_owner = $1, lease_until = $3, resumes = resumes + 1, \
                  updated_at = $2 WHERE branch_id IN ( \
                     SELECT branch_id FROM branch_runs WHERE state = 'running' \

@@ -72,6 +72,8 @@ pub struct NewRun {
     /// The replica that starts the run, and until when it holds it.
     pub lease_owner: String,
     pub lease_until: DateTime<Utc>,
+    /// Lessons from the tenant's memory for the model's system text.
+    pub lessons: Option<String>,
 }
 
 impl fmt::Debug for NewRun {
@@ -79,6 +81,7 @@ impl fmt::Debug for NewRun {
         f.debug_struct("NewRun")
             .field("model", &self.model)
             .field("tools", &self.tools.len())
+            .field("lessons", &self.lessons.as_ref().map(String::len))
             .field("lease_owner", &self.lease_owner)
             .finish_non_exhaustive()
     }
@@ -105,6 +108,8 @@ pub struct Run {
     pub resumes: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Lessons from the tenant's memory the model is given.
+    pub lessons: Option<String>,
 }
 
 /// What a step was.
@@ -186,7 +191,7 @@ pub enum StepWritten {
 macro_rules! run_columns {
     () => {
         "tenant_id, branch_id, model, tools, scopes, state, outcome, lease_owner, lease_until, \
-         steps, model_calls, input_tokens, output_tokens, resumes, created_at, updated_at"
+         steps, model_calls, input_tokens, output_tokens, resumes, created_at, updated_at, lessons"
     };
 }
 pub(crate) use run_columns;
@@ -210,6 +215,7 @@ pub(crate) struct RunRow {
     pub resumes: i32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub lessons: Option<String>,
 }
 
 /// A `run_steps` row.
@@ -257,6 +263,7 @@ impl TryFrom<RunRow> for Run {
             resumes: count(r.resumes)?,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            lessons: r.lessons,
         })
     }
 }

@@ -18,7 +18,7 @@ use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
     ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunStep, StepWritten, Store,
     StoreError, ToolCalls, check_migrated,
-    dialect::{Dialect, Locking, Param, RowsAffected, Value, locking},
+    dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     due_branch, idle_session,
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     store::SqlStore,
@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// Claims due branches for a lease; a replica skips the rows another one holds.
-const CLAIM_DUE: Locking = locking!(
+const CLAIM_DUE: Sql = locking!(
     ["UPDATE branches SET claimed_until = $2 WHERE id IN ( \
                     SELECT id FROM branches WHERE status = 'active' \
                     AND (deadline_at <= $1 OR exhausted_at IS NOT NULL) \
@@ -37,7 +37,7 @@ const CLAIM_DUE: Locking = locking!(
 );
 
 /// Claims idle sessions for a lease; a replica skips the rows another one holds.
-const CLAIM_IDLE: Locking = locking!(
+const CLAIM_IDLE: Sql = locking!(
     ["UPDATE sessions SET claimed_until = $3 WHERE (tenant_id, session_id) IN ( \
                     SELECT tenant_id, session_id FROM sessions WHERE status = 'open' \
                     AND reserved = 0 AND last_activity_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $2) \
@@ -60,6 +60,7 @@ where
     String: Value<D::DB>,
     i64: Value<D::DB>,
     i32: Value<D::DB>,
+    f64: Value<D::DB>,
     bool: Value<D::DB>,
     Uuid: Value<D::DB>,
     DateTime<Utc>: Value<D::DB>,

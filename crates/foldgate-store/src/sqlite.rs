@@ -11,7 +11,7 @@ use sqlx::{
 
 use crate::{
     CallRecord, ConnectOptions, StoreError,
-    dialect::{Dialect, Locking},
+    dialect::{Dialect, Sql},
     store::SqlStore,
 };
 
@@ -57,7 +57,7 @@ impl Dialect for Sqlite {
         &MIGRATOR
     }
 
-    fn pick(statement: &Locking) -> &'static str {
+    fn pick(statement: &Sql) -> &'static str {
         statement.sqlite
     }
 

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::{
     CallRecord, Finish, NewRun, StoreError,
     counters::{DEPLOYMENT_COUNTER, TENANT_COUNTER},
-    dialect::{Dialect, Locking, Param, Value, locking},
+    dialect::{Dialect, Param, Sql, Value, locking},
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     ts::Ts,
 };
@@ -69,7 +69,7 @@ where
     }
 
     /// A session row, locked.
-    const LOCK_SESSION: Locking = locking!(
+    const LOCK_SESSION: Sql = locking!(
         ["SELECT ", session_columns!(), " FROM sessions WHERE tenant_id = $1 AND session_id = $2"]
         " FOR UPDATE" []
     );
@@ -109,7 +109,7 @@ where
     }
 
     /// A branch row, locked.
-    const LOCK_BRANCH: Locking = locking!(
+    const LOCK_BRANCH: Sql = locking!(
         ["SELECT ", branch_columns!(), " FROM branches WHERE tenant_id = $1 AND id = $2"]
         " FOR UPDATE" []
     );
@@ -312,8 +312,8 @@ where
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO branch_runs (branch_id, tenant_id, model, tools, scopes, state, \
-             lease_owner, lease_until, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)",
+             lease_owner, lease_until, created_at, updated_at, lessons) \
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8, $9)",
         )
         .bind(branch)
         .bind(tenant.as_str())
@@ -323,6 +323,7 @@ where
         .bind(&run.lease_owner)
         .bind(Ts(run.lease_until))
         .bind(Ts(at))
+        .bind(run.lessons.as_deref())
         .execute(&mut *self.0)
         .await?;
         Ok(())
@@ -408,7 +409,7 @@ where
     }
 
     /// The active branches of a session, deepest first, locked.
-    const LOCK_ACTIVE_IN_SESSION: Locking = locking!(
+    const LOCK_ACTIVE_IN_SESSION: Sql = locking!(
         ["SELECT id FROM branches WHERE tenant_id = $1 AND session_id = $2 \
           AND status = 'active' ORDER BY depth DESC, id DESC"]
         " FOR UPDATE" []

@@ -128,7 +128,7 @@ impl TestGateway {
     }
 
     pub fn write_token(&self, tenant: &str, sub: &str) -> String {
-        self.token(tenant, sub, &["fold:read", "fold:write"])
+        self.token(tenant, sub, &["fold:read", "fold:write", "memory:read", "memory:write"])
     }
 
     /// An agent of tenant acme (alice) connected in `era`.

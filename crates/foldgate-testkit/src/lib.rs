@@ -235,6 +235,7 @@ pub struct ServiceBuilder {
     clock: Arc<dyn Clock>,
     scrubber: Arc<dyn Scrubber>,
     metrics: Option<foldgate_engine::EngineMetrics>,
+    memory: Option<foldgate_engine::MemoryConfig>,
 }
 
 impl ServiceBuilder {
@@ -245,7 +246,15 @@ impl ServiceBuilder {
             clock: Arc::new(SystemClock),
             scrubber: foldgate_engine::default_scrubber().expect("built-in scrubber"),
             metrics: None,
+            memory: None,
         }
+    }
+
+    /// With a reasoning memory (the built-in injection screen unless the
+    /// config names a file).
+    pub fn memory(mut self, memory: foldgate_engine::MemoryConfig) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     pub fn metrics(mut self, metrics: foldgate_engine::EngineMetrics) -> Self {
@@ -269,17 +278,29 @@ impl ServiceBuilder {
     }
 
     pub fn build(self) -> Arc<FoldingService> {
-        let service = FoldingService::new(
-            self.store,
+        let mut service = FoldingService::new(
+            Arc::clone(&self.store),
             token_counter(),
-            self.scrubber,
-            self.clock,
+            Arc::clone(&self.scrubber),
+            Arc::clone(&self.clock),
             self.config,
         );
-        Arc::new(match self.metrics {
-            Some(metrics) => service.with_metrics(metrics),
-            None => service,
-        })
+        if let Some(metrics) = self.metrics {
+            service = service.with_metrics(metrics);
+        }
+        if let Some(memory) = self.memory {
+            let screen = memory.screen().expect("the injection screen");
+            let bank = foldgate_engine::MemoryBank::new(
+                self.store,
+                self.scrubber,
+                screen,
+                token_counter(),
+                self.clock,
+                memory,
+            );
+            service = service.with_memory(Arc::new(bank));
+        }
+        Arc::new(service)
     }
 }
 

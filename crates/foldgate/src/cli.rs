@@ -58,7 +58,7 @@ enum Command {
         #[arg(long)]
         sub: String,
         /// Space-separated scopes.
-        #[arg(long, default_value = "fold:read fold:write")]
+        #[arg(long, default_value = "fold:read fold:write memory:read memory:write")]
         scope: String,
         /// Lifetime, e.g. 30m, 1h, 7d.
         #[arg(long, default_value = "1h", value_parser = parse_ttl)]

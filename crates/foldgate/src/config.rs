@@ -14,7 +14,7 @@ use foldgate_api::{
     upstream::{UpstreamConfig, expand_env},
 };
 use foldgate_domain::ConfigError;
-use foldgate_engine::{FoldingConfig, SupervisorConfig};
+use foldgate_engine::{FoldingConfig, MemoryConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
 use foldgate_telemetry::TelemetryConfig;
@@ -53,7 +53,7 @@ impl Default for DatabaseConfig {
 }
 
 /// Every setting of `foldgate serve`. See `docs/configuration.md`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address of the MCP listener.
@@ -82,6 +82,8 @@ pub struct Config {
     pub models: Vec<ModelConfig>,
     /// How gateway-run branches are worked on and taken over (`[runner]`).
     pub runner: RunnerConfig,
+    /// The reasoning memory (`[memory]`).
+    pub memory: MemoryConfig,
 }
 
 impl Default for Config {
@@ -102,6 +104,7 @@ impl Default for Config {
             upstreams: Vec::new(),
             models: Vec::new(),
             runner: RunnerConfig::default(),
+            memory: MemoryConfig::default(),
         }
     }
 }
@@ -177,6 +180,7 @@ impl Config {
         section("supervisor", self.supervisor.validate())?;
         section("telemetry", self.telemetry.validate())?;
         section("runner", self.runner.validate())?;
+        section("memory", self.memory.validate())?;
         if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
             section("auth", self.auth.validate())?;
         }

@@ -12,8 +12,8 @@ use foldgate_api::{
 };
 use foldgate_background::{Driver, StopOrder};
 use foldgate_engine::{
-    EngineMetrics, FoldingService, StoreGauges, SystemClock, TokenCounter, scrubber_from_config,
-    supervisor,
+    Clock, EngineMetrics, FoldingService, MemoryBank, StoreGauges, SystemClock, TokenCounter,
+    scrubber_from_config, supervisor,
 };
 use foldgate_store::{Backend, ConnectOptions, redact_url};
 use foldgate_telemetry::Telemetry;
@@ -103,16 +103,28 @@ pub async fn start(
 
     let tokens = TokenCounter::new(config.folding.encoding).map_err(anyhow::Error::msg)?;
     let scrubber = scrubber_from_config(&config.scrub).context("loading secret-scrubbing rules")?;
-    let service = Arc::new(
-        FoldingService::new(
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut service = FoldingService::new(
+        Arc::clone(&store),
+        tokens.clone(),
+        Arc::clone(&scrubber),
+        Arc::clone(&clock),
+        config.folding.clone(),
+    )
+    .with_metrics(EngineMetrics::new(&meter));
+    if config.memory.enabled {
+        let screen = config.memory.screen().context("loading the memory's injection screen")?;
+        let bank = MemoryBank::new(
             Arc::clone(&store),
-            tokens,
             scrubber,
-            Arc::new(SystemClock),
-            config.folding.clone(),
-        )
-        .with_metrics(EngineMetrics::new(&meter)),
-    );
+            screen,
+            tokens,
+            clock,
+            config.memory.clone(),
+        );
+        service = service.with_memory(Arc::new(bank));
+    }
+    let service = Arc::new(service);
 
     let metadata_url = auth::resource_metadata_url(&mcp_url).map_err(anyhow::Error::msg)?;
     let mut dev_token = None;
@@ -126,7 +138,7 @@ pub async fn start(
                     &Secret::new(secret.clone()),
                     &TenantId::parse("dev")?,
                     &Subject::parse("developer")?,
-                    [auth::SCOPE_READ, auth::SCOPE_WRITE],
+                    auth::SCOPES_SUPPORTED,
                     DEV_TOKEN_TTL,
                     config.auth.issuer.as_deref(),
                     Some(config.auth.audience.as_deref().unwrap_or(&mcp_url)),

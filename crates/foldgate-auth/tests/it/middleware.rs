@@ -119,7 +119,11 @@ async fn auth_none_is_the_local_principal() {
         assert_eq!(body["saw_authorization"], false, "{why}");
         assert_eq!(body["tenant"], "local", "{why}");
         assert_eq!(body["sub"], "anonymous", "{why}");
-        assert_eq!(body["scopes"], json!(["fold:read", "fold:write"]), "{why}");
+        assert_eq!(
+            body["scopes"],
+            json!(["fold:read", "fold:write", "memory:read", "memory:write"]),
+            "{why}"
+        );
     }
 }
 
@@ -183,7 +187,7 @@ fn protected_resource_metadata() {
         json!({
             "resource": AUDIENCE,
             "authorization_servers": [ISSUER],
-            "scopes_supported": ["fold:read", "fold:write"],
+            "scopes_supported": ["fold:read", "fold:write", "memory:read", "memory:write"],
             "bearer_methods_supported": ["header"],
         })
     );

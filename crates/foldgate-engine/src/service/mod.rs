@@ -19,9 +19,13 @@ use foldgate_store::{
     NewBranch, NewRun, OutsideUsage, ParentChoice, Store,
 };
 
-use crate::{Clock, EngineMetrics, FoldError, FoldingConfig, ScrubFailure, Scrubber, TokenCounter};
+use crate::{
+    Clock, EngineMetrics, FoldError, FoldingConfig, Injection, MemoryBank, ScrubFailure, Scrubber,
+    TokenCounter,
+};
 
 mod calls;
+mod memory;
 mod requests;
 
 pub use self::requests::{
@@ -48,6 +52,8 @@ pub struct FoldingService {
     metrics: EngineMetrics,
     /// Upstream calls outside branches, added up until the next flush.
     outside: Mutex<HashMap<(TenantId, Option<SessionId>), OutsideUsage>>,
+    /// The reasoning memory, when it is on.
+    memory: Option<Arc<MemoryBank>>,
 }
 
 impl FoldingService {
@@ -68,7 +74,20 @@ impl FoldingService {
             planned_wake_ms: AtomicI64::new(i64::MIN),
             metrics: EngineMetrics::noop(),
             outside: Mutex::new(HashMap::new()),
+            memory: None,
         }
+    }
+
+    /// Injects lessons from this memory into new branches (as their
+    /// requests and the memory's settings say).
+    pub fn with_memory(mut self, memory: Arc<MemoryBank>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// The reasoning memory, when it is on.
+    pub fn memory(&self) -> Option<&Arc<MemoryBank>> {
+        self.memory.as_ref()
     }
 
     /// Records into these instruments instead of nowhere.
@@ -127,11 +146,24 @@ impl FoldingService {
         &self,
         who: &Principal,
         req: CreateBranch,
-        run: Option<NewRun>,
+        mut run: Option<NewRun>,
     ) -> Result<Created, FoldError> {
         let now = self.clock.now();
+        let gateway_run = run.is_some();
         let deadline_at =
             now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
+        let task = format!("{}\n{}", req.description.as_str(), req.prompt.as_str());
+        let inject = self.memory.as_ref().filter(|m| {
+            m.config().enabled && req.inject_memories.unwrap_or(m.config().inject_by_default)
+        });
+        // A gateway-run branch's lessons go into its model's system text,
+        // stored with the run (a replica that resumes it gives the same):
+        // chosen before the branch exists, against the budget asked for.
+        let mut injection = Injection::default();
+        if let (Some(memory), Some(run)) = (inject, run.as_mut()) {
+            injection = memory::lessons(who, memory, &task, req.budget.tokens()).await;
+            run.lessons = (!injection.is_empty()).then(|| injection.text.clone());
+        }
         // The branch's starting context is its description and prompt.
         let prompt_tokens =
             self.tokens.count(req.description.as_str()) + self.tokens.count(req.prompt.as_str());
@@ -151,7 +183,7 @@ impl FoldingService {
                 max_depth: self.config.max_depth,
                 limits: self.config.limits,
             },
-            kind: if run.is_some() { BranchKind::Gateway } else { BranchKind::Agent },
+            kind: if gateway_run { BranchKind::Gateway } else { BranchKind::Agent },
             return_tier: req.return_tier,
             run,
         };
@@ -166,11 +198,18 @@ impl FoldingService {
         };
         self.metrics.created(&branch);
         self.signal_deadline(branch.deadline_at);
+        let mut branch = branch;
+        match inject {
+            Some(memory) if gateway_run => memory.used(who, &injection.items),
+            Some(memory) => injection = self.inject(who, memory, &mut branch, &task).await?,
+            None => {}
+        }
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
-            depth = branch.depth, budget = branch.ledger.budget, "branch created"
+            depth = branch.depth, budget = branch.ledger.budget,
+            injected_memories = injection.items.len(), "branch created"
         );
-        Ok(Created { branch, budget_requested: req.budget.tokens() })
+        Ok(Created { branch, injection, budget_requested: req.budget.tokens() })
     }
 
     /// Returns a branch: scrubs the message (failing closed), force-returns

@@ -12,6 +12,9 @@ pub struct CreateBranch {
     pub timeout: TimeoutRequest,
     pub parent: Option<BranchId>,
     pub return_tier: ReturnTier,
+    /// Whether lessons from the tenant's memory are injected; `None`: as
+    /// the memory's `inject_by_default` says.
+    pub inject_memories: Option<bool>,
 }
 
 impl CreateBranch {
@@ -42,6 +45,7 @@ impl CreateBranch {
                     })
                 })
                 .transpose()?,
+            inject_memories: None,
         })
     }
 }
@@ -66,6 +70,9 @@ pub enum StatusQuery {
 #[derive(Debug, Clone)]
 pub struct Created {
     pub branch: Branch,
+    /// The lessons injected into the branch (charged to it, unless the
+    /// gateway runs it: then the model's own count covers them).
+    pub injection: Injection,
     /// The request asked for more than it got (cap or parent's remainder).
     pub budget_requested: Tokens,
 }

@@ -32,6 +32,7 @@ fn run(owner: &str, until: DateTime<Utc>) -> NewRun {
         scopes: vec!["fold:write".into()],
         lease_owner: owner.into(),
         lease_until: until,
+        lessons: None,
     }
 }
 

@@ -16,7 +16,11 @@ impl Runner {
         let store = self.service.store();
         let tools = self.tools_of(branch, run);
         let specs: Vec<ToolSpec> = tools.values().map(|(_, t)| spec(t)).collect();
-        let system = system_text(branch.return_tier);
+        let mut system = system_text(branch.return_tier);
+        if let Some(lessons) = &run.lessons {
+            system.push_str("\n\n");
+            system.push_str(lessons);
+        }
         // The first call's input holds what the branch was not charged for
         // at creation: the system text and the tool definitions.
         let overhead = self.service.tokens().count(&system)

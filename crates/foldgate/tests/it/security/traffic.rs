@@ -167,7 +167,7 @@ async fn health_and_protected_resource_metadata() {
     let expected = json!({
         "resource": gw.url,
         "authorization_servers": [ISSUER],
-        "scopes_supported": ["fold:read", "fold:write"],
+        "scopes_supported": ["fold:read", "fold:write", "memory:read", "memory:write"],
         "bearer_methods_supported": ["header"],
     });
     for path in

@@ -2,9 +2,13 @@
 //! validated requests. The MCP guard and the tool handlers share this code,
 //! so that what the guard lets through is exactly what the tools accept.
 
+use foldgate_auth as auth;
 use foldgate_domain::{BranchId, InvalidInput, Message, Outcome, SessionId};
 use foldgate_engine::{CreateBranch, FoldingConfig, ReturnBranch, StatusQuery};
+
+mod memory;
 use foldgate_runner::RunBranch;
+pub use memory::{MemoryCall, MemoryFeedbackArgs, MemoryRecordArgs, MemorySearchArgs};
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
 
@@ -37,15 +41,21 @@ pub enum FoldingTool {
     BranchRun,
     BranchStatus,
     SessionEnd,
+    MemorySearch,
+    MemoryRecord,
+    MemoryFeedback,
 }
 
 impl FoldingTool {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 8] = [
         Self::BranchCreate,
         Self::BranchReturn,
         Self::BranchRun,
         Self::BranchStatus,
         Self::SessionEnd,
+        Self::MemorySearch,
+        Self::MemoryRecord,
+        Self::MemoryFeedback,
     ];
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -59,14 +69,24 @@ impl FoldingTool {
             Self::BranchRun => "branch_run",
             Self::BranchStatus => "branch_status",
             Self::SessionEnd => "session_end",
+            Self::MemorySearch => "memory_search",
+            Self::MemoryRecord => "memory_record",
+            Self::MemoryFeedback => "memory_feedback",
         }
+    }
+
+    /// Whether it is one of the reasoning memory's tools.
+    pub const fn is_memory(self) -> bool {
+        matches!(self, Self::MemorySearch | Self::MemoryRecord | Self::MemoryFeedback)
     }
 
     /// The scope a token needs to call the tool.
     pub const fn scope(self) -> &'static str {
         match self {
-            Self::BranchStatus => "fold:read",
-            _ => "fold:write",
+            Self::BranchStatus => auth::SCOPE_READ,
+            Self::MemorySearch => auth::SCOPE_MEMORY_READ,
+            Self::MemoryRecord | Self::MemoryFeedback => auth::SCOPE_MEMORY_WRITE,
+            _ => auth::SCOPE_WRITE,
         }
     }
 }
@@ -100,6 +120,10 @@ pub struct BranchCreateArgs {
     /// How long the finding should be: `micro` (at most 50 tokens), `phase` (300, the
     /// default) or `macro` (800). Choose the smallest that serves.
     return_tier: Option<TierArg>,
+    /// Start the branch with lessons from your team's memory that match the description and
+    /// prompt (returned as `injected_context`, charged to the branch, at most a fifth of its
+    /// budget). Default: as the operator configured.
+    inject_memories: Option<bool>,
 }
 
 #[derive(Debug, JsonSchema)]
@@ -139,6 +163,9 @@ pub struct BranchRunArgs {
     /// How long the finding should be: `micro` (at most 50 tokens), `phase` (300, the
     /// default) or `macro` (800).
     return_tier: Option<TierArg>,
+    /// Give the model lessons from your team's memory that match the task (at most a fifth of
+    /// the budget). Default: as the operator configured.
+    inject_memories: Option<bool>,
     /// The model to run on, by the name the operator gave it (default: the first configured
     /// for your tenant).
     #[schemars(length(min = 1, max = 64))]
@@ -163,6 +190,9 @@ pub struct BranchReturnArgs {
     /// `success` (default) or `failure`: a failed branch's message tells the parent what went
     /// wrong.
     outcome: Option<OutcomeArg>,
+    /// Keep the message in your team's memory as a lesson (a strategy on success, a pitfall on
+    /// failure), for later branches. Default false.
+    extract_memory: Option<bool>,
 }
 
 #[derive(Debug, JsonSchema)]
@@ -198,10 +228,15 @@ pub struct SessionEndArgs {
 pub enum Parsed {
     Create(CreateBranch),
     Run(RunBranch),
-    Return(ReturnBranch),
+    Return(ReturnBranch, Extract),
     Status(StatusQuery),
     End(SessionId),
+    Memory(MemoryCall),
 }
+
+/// Whether a return's message is kept as a lesson (`extract_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extract(pub bool);
 
 impl Parsed {
     /// The tool these are the arguments of.
@@ -209,9 +244,10 @@ impl Parsed {
         match self {
             Self::Create(_) => FoldingTool::BranchCreate,
             Self::Run(_) => FoldingTool::BranchRun,
-            Self::Return(_) => FoldingTool::BranchReturn,
+            Self::Return(..) => FoldingTool::BranchReturn,
             Self::Status(_) => FoldingTool::BranchStatus,
             Self::End(_) => FoldingTool::SessionEnd,
+            Self::Memory(call) => call.tool(),
         }
     }
 }
@@ -231,11 +267,14 @@ pub fn parse(
             model: args.optional_name("model")?,
             tools: args.optional_names("tools")?,
         }),
-        FoldingTool::BranchReturn => Parsed::Return(ReturnBranch {
-            branch_id: BranchId::parse(args.required_str("branch_id")?)?,
-            message: Message::parse(args.required_str("message")?)?,
-            outcome: Outcome::parse(args.optional_str("outcome")?)?,
-        }),
+        FoldingTool::BranchReturn => Parsed::Return(
+            ReturnBranch {
+                branch_id: BranchId::parse(args.required_str("branch_id")?)?,
+                message: Message::parse(args.required_str("message")?)?,
+                outcome: Outcome::parse(args.optional_str("outcome")?)?,
+            },
+            Extract(args.optional_bool("extract_memory")?.unwrap_or(false)),
+        ),
         FoldingTool::BranchStatus => {
             match (args.optional_str("branch_id")?, args.optional_str("session_id")?) {
                 (Some(id), _) => Parsed::Status(StatusQuery::Branch(BranchId::parse(id)?)),
@@ -251,6 +290,9 @@ pub fn parse(
             }
         }
         FoldingTool::SessionEnd => Parsed::End(SessionId::parse(args.required_str("session_id")?)?),
+        FoldingTool::MemorySearch | FoldingTool::MemoryRecord | FoldingTool::MemoryFeedback => {
+            Parsed::Memory(args.memory(tool)?)
+        }
     })
 }
 
@@ -273,6 +315,7 @@ impl<'a> Args<'a> {
                 "timeout_seconds",
                 "parent_branch_id",
                 "return_tier",
+                "inject_memories",
             ],
             FoldingTool::BranchRun => &[
                 "session_id",
@@ -282,12 +325,16 @@ impl<'a> Args<'a> {
                 "timeout_seconds",
                 "parent_branch_id",
                 "return_tier",
+                "inject_memories",
                 "model",
                 "tools",
             ],
-            FoldingTool::BranchReturn => &["branch_id", "message", "outcome"],
+            FoldingTool::BranchReturn => &["branch_id", "message", "outcome", "extract_memory"],
             FoldingTool::BranchStatus => &["branch_id", "session_id"],
             FoldingTool::SessionEnd => &["session_id"],
+            FoldingTool::MemorySearch => &["query", "kind", "limit"],
+            FoldingTool::MemoryRecord => &["title", "content", "kind", "description"],
+            FoldingTool::MemoryFeedback => &["id", "helpful"],
         };
         if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(ArgError::new(unknown.as_str(), "unknown argument"));
@@ -299,7 +346,8 @@ impl<'a> Args<'a> {
     fn create(&self, config: &FoldingConfig) -> Result<CreateBranch, ArgError> {
         let session_id = self.required_str("session_id")?;
         let description = self.required_str("description")?;
-        Ok(CreateBranch::parse(
+        let inject_memories = self.optional_bool("inject_memories")?;
+        let mut create = CreateBranch::parse(
             config,
             session_id,
             description,
@@ -308,7 +356,9 @@ impl<'a> Args<'a> {
             self.optional_int("timeout_seconds")?,
             self.optional_str("parent_branch_id")?,
             self.optional_str("return_tier")?,
-        )?)
+        )?;
+        create.inject_memories = inject_memories;
+        Ok(create)
     }
 
     /// A model's name: 1-64 characters.
@@ -350,6 +400,14 @@ impl<'a> Args<'a> {
         }
     }
 
+    fn optional_bool(&self, field: &'static str) -> Result<Option<bool>, ArgError> {
+        match self.map.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(ArgError::new(field, "must be true or false")),
+        }
+    }
+
     fn required_str(&self, field: &'static str) -> Result<&'a str, ArgError> {
         self.optional_str(field)?.ok_or_else(|| ArgError::new(field, "is required"))
     }
@@ -383,6 +441,9 @@ pub fn input_schema(tool: FoldingTool) -> Map<String, Value> {
         FoldingTool::BranchRun => schemars::schema_for!(BranchRunArgs),
         FoldingTool::BranchStatus => schemars::schema_for!(BranchStatusArgs),
         FoldingTool::SessionEnd => schemars::schema_for!(SessionEndArgs),
+        FoldingTool::MemorySearch => schemars::schema_for!(MemorySearchArgs),
+        FoldingTool::MemoryRecord => schemars::schema_for!(MemoryRecordArgs),
+        FoldingTool::MemoryFeedback => schemars::schema_for!(MemoryFeedbackArgs),
     })
 }
 
@@ -401,174 +462,4 @@ pub(crate) fn schema_object(schema: schemars::Schema) -> Map<String, Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn parse_json(tool: FoldingTool, args: Value) -> Result<Parsed, ArgError> {
-        parse(tool, args.as_object(), &FoldingConfig::default())
-    }
-
-    #[test]
-    fn every_invalid_argument_is_named() {
-        use FoldingTool::*;
-        let id = "br_01234567-89ab-7cde-8f01-23456789abcd";
-        let cases = [
-            (BranchCreate, json!({"description": "d"}), "session_id", "missing"),
-            (BranchCreate, json!({"session_id": "s"}), "description", "missing"),
-            (BranchCreate, json!({"session_id": 5, "description": "d"}), "session_id", "type"),
-            (
-                BranchCreate,
-                json!({"session_id": "a b", "description": "d"}),
-                "session_id",
-                "format",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "x".repeat(501)}),
-                "description",
-                "length",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "prompt": "x".repeat(10_001)}),
-                "prompt",
-                "length",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "budget": "big"}),
-                "budget",
-                "type",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "budget": 1.5}),
-                "budget",
-                "fraction",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "budget": 10}),
-                "budget",
-                "range",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "timeout_seconds": 0}),
-                "timeout_seconds",
-                "range",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "parent_branch_id": "x"}),
-                "parent_branch_id",
-                "id format",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "tenant": "other"}),
-                "tenant",
-                "unknown",
-            ),
-            (
-                BranchCreate,
-                json!({"session_id": "s", "description": "d", "return_tier": "huge"}),
-                "return_tier",
-                "enum",
-            ),
-            (BranchRun, json!({"session_id": "s"}), "description", "missing"),
-            (
-                BranchRun,
-                json!({"session_id": "s", "description": "d", "tools": "files__read"}),
-                "tools",
-                "type",
-            ),
-            (
-                BranchRun,
-                json!({"session_id": "s", "description": "d", "tools": [""]}),
-                "tools",
-                "empty name",
-            ),
-            (
-                BranchRun,
-                json!({"session_id": "s", "description": "d", "tools": vec!["t"; 257]}),
-                "tools",
-                "too many",
-            ),
-            (
-                BranchRun,
-                json!({"session_id": "s", "description": "d", "model": 3}),
-                "model",
-                "type",
-            ),
-            (
-                BranchRun,
-                json!({"session_id": "s", "description": "d", "budget": 5}),
-                "budget",
-                "range",
-            ),
-            (BranchReturn, json!({"message": "m"}), "branch_id", "missing"),
-            (BranchReturn, json!({"branch_id": "nope", "message": "m"}), "branch_id", "format"),
-            (BranchReturn, json!({"branch_id": id}), "message", "missing"),
-            (
-                BranchReturn,
-                json!({"branch_id": id, "message": "x".repeat(50_001)}),
-                "message",
-                "length",
-            ),
-            (
-                BranchReturn,
-                json!({"branch_id": id, "message": "m", "outcome": "meh"}),
-                "outcome",
-                "enum",
-            ),
-            (BranchStatus, json!({}), "branch_id", "neither"),
-            (BranchStatus, json!({"session_id": ""}), "session_id", "empty"),
-            (SessionEnd, json!({}), "session_id", "missing"),
-        ];
-        for (tool, args, field, why) in cases {
-            let err = parse_json(tool, args).expect_err(why);
-            assert_eq!(err.field, field, "{why}: {err}");
-        }
-    }
-
-    #[test]
-    fn valid_arguments_parse() {
-        let created = parse_json(
-            FoldingTool::BranchCreate,
-            json!({"session_id": "s", "description": "d\u{7}", "budget": 8192.0, "timeout_seconds": null}),
-        )
-        .unwrap();
-        let Parsed::Create(c) = created else { panic!("a create") };
-        assert_eq!(c.description.as_str(), "d", "control characters stripped");
-        assert_eq!(c.budget.tokens(), 8192);
-        let run = parse_json(
-            FoldingTool::BranchRun,
-            json!({"session_id": "s", "description": "d", "return_tier": "micro",
-                   "model": "m", "tools": ["files__read"]}),
-        )
-        .unwrap();
-        let Parsed::Run(r) = run else { panic!("a run") };
-        assert_eq!(r.create.return_tier, foldgate_domain::ReturnTier::Micro);
-        assert_eq!(r.model.as_deref(), Some("m"));
-        assert_eq!(r.tools, Some(vec!["files__read".to_owned()]));
-        assert!(matches!(
-            parse_json(FoldingTool::BranchStatus, json!({"session_id": "s"})).unwrap(),
-            Parsed::Status(StatusQuery::Session(_))
-        ));
-    }
-
-    #[test]
-    fn schemas_name_every_argument_and_refuse_others() {
-        for tool in FoldingTool::ALL {
-            let schema = input_schema(tool);
-            assert_eq!(schema["type"], "object", "{tool:?}");
-            assert_eq!(schema["additionalProperties"], false, "{tool:?}");
-            assert!(schema["properties"].as_object().is_some_and(|p| !p.is_empty()));
-        }
-        let create = input_schema(FoldingTool::BranchCreate);
-        assert_eq!(create["required"], json!(["session_id", "description"]));
-    }
-}
+mod tests;

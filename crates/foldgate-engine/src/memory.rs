@@ -1,0 +1,426 @@
+//! The reasoning memory's use cases: record an item (scrubbed, screened),
+//! search, feedback, and the lessons a new branch starts with.
+//!
+//! Every item is scrubbed of secrets before it is stored (failing closed)
+//! and screened for prompt injection; a flagged item is kept, logged and,
+//! unless the operator allows it, never injected nor found by a search.
+//! Items an agent records start below the injection threshold
+//! (`recorded_confidence`): they are found by `memory_search`, marked as not
+//! yet trusted, and injected only once feedback has lifted them.
+
+use std::{fmt::Debug, path::PathBuf, sync::Arc};
+
+use foldgate_domain::{
+    BranchId, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId, MemoryItem,
+    MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, Tokens,
+};
+use foldgate_scrub::{InjectionLoadError, InjectionRules};
+use foldgate_store::{MemoryQuery, NewMemory, Ranked, Store};
+use serde::Deserialize;
+
+use crate::{Clock, FoldError, Scrubber, TokenCounter};
+
+/// Checks text for prompt injection.
+pub trait Screen: Send + Sync + Debug {
+    /// The ids of the rules `text` sets off; empty when none.
+    fn screen(&self, text: &str) -> Vec<String>;
+}
+
+impl Screen for InjectionRules {
+    fn screen(&self, text: &str) -> Vec<String> {
+        InjectionRules::screen(self, text).rule_ids().map(str::to_owned).collect()
+    }
+}
+
+/// `[memory]`: the reasoning memory.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Whether the memory tools are offered and lessons injected at all.
+    pub enabled: bool,
+    /// Whether `branch_create` and `branch_run` inject lessons when the
+    /// caller does not say (`inject_memories`).
+    pub inject_by_default: bool,
+    /// The share of a branch's budget that injected lessons may take.
+    pub injection_budget_ratio: f64,
+    /// Items below this confidence are not injected.
+    pub memory_min_confidence: f64,
+    /// The most items injected into one branch.
+    pub memory_max_items: u32,
+    /// The confidence an agent's own item starts from.
+    pub recorded_confidence: f64,
+    /// Whether items the injection screen flagged may still be injected
+    /// and found (not recommended).
+    pub inject_flagged: bool,
+    /// Retention: the most items a tenant keeps (the oldest go first).
+    pub max_items_per_tenant: u64,
+    /// Retention: items older than this many days are deleted.
+    pub max_age_days: u32,
+    /// A TOML file of injection-screen rules added to the built-in ones
+    /// (`[[rules]]` with `id`, `description`, `regex`).
+    pub screen_rules_file: Option<PathBuf>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            inject_by_default: false,
+            injection_budget_ratio: 0.2,
+            memory_min_confidence: 0.7,
+            memory_max_items: 10,
+            recorded_confidence: 0.5,
+            inject_flagged: false,
+            max_items_per_tenant: 10_000,
+            max_age_days: 365,
+            screen_rules_file: None,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// Checks the settings, naming the first one that is wrong.
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
+        let share = |name: &str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(foldgate_domain::ConfigError::new(format!(
+                    "{name} must be from 0 to 1, got {v}"
+                )))
+            }
+        };
+        share("injection_budget_ratio", self.injection_budget_ratio)?;
+        share("memory_min_confidence", self.memory_min_confidence)?;
+        share("recorded_confidence", self.recorded_confidence)?;
+        if self.memory_max_items > 100 {
+            return Err("memory_max_items must be at most 100".into());
+        }
+        if self.max_items_per_tenant == 0 || self.max_age_days == 0 {
+            return Err("max_items_per_tenant and max_age_days must be above 0".into());
+        }
+        Ok(())
+    }
+}
+
+impl MemoryConfig {
+    /// The injection screen: the built-in rules, and the operator's file.
+    pub fn screen(&self) -> Result<Arc<dyn Screen>, ScreenSetupError> {
+        let rules = match &self.screen_rules_file {
+            None => InjectionRules::builtin()?,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ScreenSetupError::Read(path.clone(), e))?;
+                InjectionRules::with_operator_rules(&text)?
+            }
+        };
+        Ok(Arc::new(rules))
+    }
+}
+
+/// The injection screen could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ScreenSetupError {
+    #[error("reading memory.screen_rules_file {0:?}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("memory.screen_rules_file: {0}")]
+    Rules(#[from] InjectionLoadError),
+}
+
+/// An item to record, as an agent (or the distiller) gives it.
+#[derive(Debug, Clone)]
+pub struct RecordMemory {
+    pub kind: MemoryKind,
+    pub title: MemoryTitle,
+    pub description: MemoryDescription,
+    pub content: MemoryContent,
+    pub source: MemorySource,
+    /// The confidence it starts from; `None`: the configured default for
+    /// its source.
+    pub prior: Option<Confidence>,
+    pub session: Option<SessionId>,
+    pub branch: Option<BranchId>,
+}
+
+impl RecordMemory {
+    /// An agent's own lesson, from `memory_record`'s arguments.
+    pub fn recorded(
+        title: &str,
+        content: &str,
+        kind: &str,
+        description: Option<&str>,
+    ) -> Result<Self, InvalidInput> {
+        Ok(Self {
+            kind: kind.parse()?,
+            title: MemoryTitle::parse(title)?,
+            description: MemoryDescription::parse(description.unwrap_or_default())?,
+            content: MemoryContent::parse(content)?,
+            source: MemorySource::Recorded,
+            prior: None,
+            session: None,
+            branch: None,
+        })
+    }
+
+    /// A candidate lesson from a returned branch (`extract_memory`): its
+    /// description as the title, its message as the content, each cut to
+    /// its limit. The agent wrote both, so it is a recorded item.
+    pub fn from_return(
+        kind: MemoryKind,
+        description: &str,
+        message: &str,
+        session: SessionId,
+        branch: BranchId,
+    ) -> Result<Self, InvalidInput> {
+        Ok(Self {
+            kind,
+            title: MemoryTitle::parse(&cut(description, MemoryTitle::MAX_CHARS))?,
+            description: MemoryDescription::parse("")?,
+            content: MemoryContent::parse(&cut(message, MemoryContent::MAX_CHARS))?,
+            source: MemorySource::Recorded,
+            prior: None,
+            session: Some(session),
+            branch: Some(branch),
+        })
+    }
+}
+
+/// `text`'s first `max` characters.
+fn cut(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// An item found for a query, and whether it may be injected.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub item: MemoryItem,
+    pub score: f64,
+    /// At or above the injection threshold (and not flagged).
+    pub trusted: bool,
+}
+
+/// The lessons a branch starts with: the items, the text the branch is
+/// given, and its tokens (charged to the branch).
+#[derive(Debug, Clone, Default)]
+pub struct Injection {
+    pub items: Vec<MemoryItem>,
+    pub text: String,
+    pub tokens: Tokens,
+}
+
+impl Injection {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// The reasoning memory. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct MemoryBank {
+    store: Arc<dyn Store>,
+    scrubber: Arc<dyn Scrubber>,
+    screen: Arc<dyn Screen>,
+    tokens: TokenCounter,
+    clock: Arc<dyn Clock>,
+    config: MemoryConfig,
+}
+
+/// How injected lessons open, so the model knows what they are and where
+/// they came from.
+const INJECTION_HEADER: &str = "Lessons earlier branches of your team learned (from the \
+gateway's memory; each says where it came from and how far it is trusted; check before \
+relying on one):";
+
+impl MemoryBank {
+    pub fn new(
+        store: Arc<dyn Store>,
+        scrubber: Arc<dyn Scrubber>,
+        screen: Arc<dyn Screen>,
+        tokens: TokenCounter,
+        clock: Arc<dyn Clock>,
+        config: MemoryConfig,
+    ) -> Self {
+        Self { store, scrubber, screen, tokens, clock, config }
+    }
+
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    /// Scrubs, screens and stores an item.
+    pub async fn record(
+        &self,
+        who: &Principal,
+        item: RecordMemory,
+    ) -> Result<MemoryItem, FoldError> {
+        let scrub = |text: &str| {
+            self.scrubber.scrub(text).map(|s| s.text).map_err(|e| {
+                tracing::error!(tenant = %who.tenant, error = %e,
+                    "a memory item could not be scrubbed; it was not stored");
+                FoldError::ScrubbingFailed
+            })
+        };
+        let title = scrub(item.title.as_str())?;
+        let description = scrub(item.description.as_str())?;
+        let content = scrub(item.content.as_str())?;
+        let flagged = self.screen.screen(&format!("{title}\n{description}\n{content}"));
+        let prior = item.prior.unwrap_or_else(|| match item.source {
+            MemorySource::Recorded => Confidence::clamped(self.config.recorded_confidence),
+            MemorySource::Distilled => Confidence::clamped(self.config.memory_min_confidence),
+        });
+        let new = NewMemory {
+            id: MemoryId::generate(),
+            kind: item.kind,
+            title,
+            description,
+            content,
+            prior,
+            provenance: Provenance {
+                tenant: who.tenant.clone(),
+                subject: who.subject.clone(),
+                session: item.session,
+                branch: item.branch,
+                source: item.source,
+            },
+            flagged,
+            at: self.clock.now(),
+        };
+        let stored = self.store.insert_memory(&new).await?;
+        if stored.flagged.is_empty() {
+            tracing::info!(tenant = %who.tenant, memory_id = %stored.id, kind = %stored.kind,
+                source = stored.provenance.source.as_str(), "memory item stored");
+        } else {
+            tracing::warn!(tenant = %who.tenant, memory_id = %stored.id,
+                rules = %stored.flagged.join(" "), source = stored.provenance.source.as_str(),
+                "memory item flagged by the injection screen; it will not be injected");
+        }
+        Ok(stored)
+    }
+
+    /// The tenant's items that match `text`, best first, trusted or not
+    /// (flagged ones only if the operator allows them).
+    pub async fn search(
+        &self,
+        who: &Principal,
+        text: &str,
+        kind: Option<MemoryKind>,
+        limit: u32,
+    ) -> Result<Vec<Found>, FoldError> {
+        let query = MemoryQuery {
+            text: text.to_owned(),
+            kind,
+            min_confidence: 0.0,
+            include_flagged: self.config.inject_flagged,
+            limit,
+        };
+        let ranked = self.store.search_memories(&who.tenant, &query).await?;
+        Ok(ranked
+            .into_iter()
+            .map(|Ranked { item, score }| Found { trusted: self.trusted(&item), item, score })
+            .collect())
+    }
+
+    /// Counts a use of an item as helpful or not. `MemoryNotFound` for
+    /// another tenant's item.
+    pub async fn feedback(
+        &self,
+        who: &Principal,
+        id: MemoryId,
+        helpful: bool,
+    ) -> Result<MemoryItem, FoldError> {
+        let item = self
+            .store
+            .memory_feedback(&who.tenant, id, helpful)
+            .await?
+            .ok_or(FoldError::MemoryNotFound)?;
+        tracing::info!(tenant = %who.tenant, memory_id = %id, helpful,
+            confidence = item.confidence.get(), "memory feedback");
+        Ok(item)
+    }
+
+    /// The lessons for a branch about `task` with `budget` tokens: the
+    /// trusted items that match, best first, as many as fit in
+    /// `injection_budget_ratio` of the budget (and `memory_max_items`).
+    pub async fn for_branch(
+        &self,
+        who: &Principal,
+        task: &str,
+        budget: Tokens,
+    ) -> Result<Injection, FoldError> {
+        let query = MemoryQuery {
+            text: task.to_owned(),
+            kind: None,
+            min_confidence: self.config.memory_min_confidence,
+            include_flagged: self.config.inject_flagged,
+            limit: self.config.memory_max_items,
+        };
+        let ranked = self.store.search_memories(&who.tenant, &query).await?;
+        #[expect(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "budgets are far below 2^52; the ratio is 0..=1"
+        )]
+        let room = (budget as f64 * self.config.injection_budget_ratio).floor() as Tokens;
+        let mut injection = Injection::default();
+        let mut body = String::new();
+        for Ranked { item, .. } in ranked {
+            let candidate = format!("{body}\n{}", render(&item));
+            let text = format!("{INJECTION_HEADER}{candidate}");
+            let tokens = self.tokens.count(&text);
+            if tokens > room {
+                // A shorter item further down may still fit.
+                continue;
+            }
+            body = candidate;
+            injection.text = text;
+            injection.tokens = tokens;
+            injection.items.push(item);
+        }
+        Ok(injection)
+    }
+
+    /// Counts the injection of these items (off the create's path: a
+    /// failure is logged, nothing else).
+    pub fn used(&self, who: &Principal, items: &[MemoryItem]) {
+        if items.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let tenant = who.tenant.clone();
+        let ids: Vec<MemoryId> = items.iter().map(|i| i.id).collect();
+        let at = self.clock.now();
+        tokio::spawn(async move {
+            if let Err(e) = store.memories_used(&tenant, &ids, at).await {
+                tracing::warn!(tenant = %tenant, error = %e, "memory uses were not counted");
+            }
+        });
+    }
+
+    fn trusted(&self, item: &MemoryItem) -> bool {
+        item.injectable(self.config.memory_min_confidence)
+    }
+}
+
+/// One item as a branch reads it: kind, confidence and provenance first.
+fn render(item: &MemoryItem) -> String {
+    let from = match (item.provenance.source, item.provenance.branch) {
+        (MemorySource::Distilled, Some(branch)) => format!("distilled from branch {branch}"),
+        (MemorySource::Distilled, None) => "distilled by the gateway".to_owned(),
+        (MemorySource::Recorded, _) => format!("recorded by {}", item.provenance.subject),
+    };
+    let mut text = format!(
+        "- [{} {}, confidence {:.2}, {from}] {}",
+        item.kind,
+        item.id,
+        item.confidence.get(),
+        item.title
+    );
+    if !item.description.is_empty() {
+        text.push_str(" — ");
+        text.push_str(&item.description);
+    }
+    text.push_str("\n  ");
+    text.push_str(&item.content.replace('\n', "\n  "));
+    text
+}
