@@ -6,6 +6,7 @@
 mod check_config;
 mod lifecycle;
 mod mcp;
+mod memory;
 mod migrate;
 mod runs;
 mod security;
