@@ -47,6 +47,10 @@ pub struct MemoryConfig {
     pub memory_min_confidence: f64,
     /// The most items injected into one branch.
     pub memory_max_items: u32,
+    /// How many distinct terms (stemmed, stop words aside) an item must
+    /// share with a task or a search to count as related (or all of them,
+    /// when the query has fewer).
+    pub memory_min_matched_terms: u32,
     /// The confidence an agent's own item starts from.
     pub recorded_confidence: f64,
     /// Whether items the injection screen flagged may still be injected
@@ -69,6 +73,7 @@ impl Default for MemoryConfig {
             injection_budget_ratio: 0.2,
             memory_min_confidence: 0.7,
             memory_max_items: 10,
+            memory_min_matched_terms: 3,
             recorded_confidence: 0.5,
             inject_flagged: false,
             max_items_per_tenant: 10_000,
@@ -93,6 +98,9 @@ impl MemoryConfig {
         share("injection_budget_ratio", self.injection_budget_ratio)?;
         share("memory_min_confidence", self.memory_min_confidence)?;
         share("recorded_confidence", self.recorded_confidence)?;
+        if self.memory_min_matched_terms == 0 {
+            return Err("memory_min_matched_terms must be at least 1".into());
+        }
         if self.memory_max_items > 100 {
             return Err("memory_max_items must be at most 100".into());
         }
@@ -311,6 +319,7 @@ impl MemoryBank {
             kind,
             min_confidence: 0.0,
             include_flagged: self.config.inject_flagged,
+            min_matched_terms: self.config.memory_min_matched_terms,
             limit,
         };
         let ranked = self.store.search_memories(&who.tenant, &query).await?;
@@ -352,6 +361,7 @@ impl MemoryBank {
             kind: None,
             min_confidence: self.config.memory_min_confidence,
             include_flagged: self.config.inject_flagged,
+            min_matched_terms: self.config.memory_min_matched_terms,
             limit: self.config.memory_max_items,
         };
         let ranked = self.store.search_memories(&who.tenant, &query).await?;

@@ -4,7 +4,7 @@
 //! Text reaches this module scrubbed and screened; the store only keeps it,
 //! ranks it, and moves its counts and confidence in single statements.
 
-use std::fmt::Debug;
+use std::{collections::HashSet, fmt::Debug};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -12,6 +12,7 @@ use foldgate_domain::{
     BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, MemorySource, Provenance, SessionId,
     Subject, TenantId,
 };
+use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
@@ -109,6 +110,10 @@ pub struct MemoryQuery {
     pub min_confidence: f64,
     /// Whether items the injection screen flagged are included.
     pub include_flagged: bool,
+    /// How many of the query's terms an item must contain to count as
+    /// related (fewer when the query has fewer): one shared word is not a
+    /// relation.
+    pub min_matched_terms: u32,
     pub limit: u32,
 }
 
@@ -125,11 +130,7 @@ pub struct Ranked {
 /// each once, at most [`MAX_TERMS`].
 pub fn query_terms(text: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
-        let word = word.to_lowercase();
-        if word.chars().count() < 2 || STOP_WORDS.binary_search(&word.as_str()).is_ok() {
-            continue;
-        }
+    for word in query_terms_unbounded(text) {
         if !terms.contains(&word) {
             terms.push(word);
         }
@@ -140,8 +141,33 @@ pub fn query_terms(text: &str) -> Vec<String> {
     terms
 }
 
+/// Every term of a text, lowercased, stop words left out.
+fn query_terms_unbounded(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() >= 2 && STOP_WORDS.binary_search(&w.as_str()).is_err())
+}
+
 /// The most terms a query is ranked by.
 pub const MAX_TERMS: usize = 64;
+
+/// How many candidates the database ranks for each item asked for, before
+/// those sharing too few terms are left out.
+const CANDIDATES_PER_ITEM: u32 = 4;
+/// The fewest candidates the database ranks.
+const MIN_CANDIDATES: u32 = 40;
+
+/// The stems of a text's terms (Snowball English, as Postgres' `english`
+/// configuration stems).
+fn stems(stemmer: &Stemmer, text: &str) -> HashSet<String> {
+    query_terms_unbounded(text).map(|t| stemmer.stem(&t).into_owned()).collect()
+}
+
+/// How many of `query`'s stems `item` contains.
+fn matched_terms(stemmer: &Stemmer, query: &HashSet<String>, item: &MemoryItem) -> usize {
+    let text = format!("{} {} {}", item.title, item.description, item.content);
+    stems(stemmer, &text).intersection(query).count()
+}
 
 /// Words too common to say what a text is about (sorted, for the binary
 /// search). Postgres' `english` configuration drops its own list; this one
@@ -354,18 +380,31 @@ where
         self.timed("search_memories", async {
             let any = D::pick(&ANY_TERM);
             let quote = &any[..1];
+            let candidates = query.limit.saturating_mul(CANDIDATES_PER_ITEM).max(MIN_CANDIDATES);
             let rows: Vec<RankedRow> = sqlx::query_as(D::pick(&SEARCH))
                 .bind(tenant.as_str())
                 .bind(format!("{quote}{}{quote}", terms.join(any)))
                 .bind(query.min_confidence)
                 .bind(query.kind.map(MemoryKind::as_str))
                 .bind(query.include_flagged)
-                .bind(i64::from(query.limit))
+                .bind(i64::from(candidates))
                 .fetch_all(&self.pool)
                 .await?;
-            rows.into_iter()
-                .map(|r| Ok(Ranked { score: r.score, item: MemoryItem::try_from(r.row)? }))
-                .collect()
+            let stemmer = Stemmer::create(Algorithm::English);
+            let wanted = stems(&stemmer, &terms.join(" "));
+            let floor =
+                usize::try_from(query.min_matched_terms).unwrap_or(usize::MAX).min(wanted.len());
+            let mut ranked = Vec::new();
+            for row in rows {
+                let item = MemoryItem::try_from(row.row)?;
+                if matched_terms(&stemmer, &wanted, &item) >= floor {
+                    ranked.push(Ranked { score: row.score, item });
+                }
+                if ranked.len() == query.limit as usize {
+                    break;
+                }
+            }
+            Ok(ranked)
         })
         .await
     }

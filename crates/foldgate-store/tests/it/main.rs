@@ -4,3 +4,4 @@
 mod charging;
 mod memory;
 mod metrics;
+mod retrieval;

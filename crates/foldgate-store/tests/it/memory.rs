@@ -53,6 +53,7 @@ fn query(text: &str) -> MemoryQuery {
         kind: None,
         min_confidence: 0.0,
         include_flagged: false,
+        min_matched_terms: 1,
         limit: 10,
     }
 }
