@@ -30,7 +30,6 @@ struct Item {
 
 #[derive(Deserialize)]
 struct Query {
-    id: String,
     description: String,
     prompt: String,
     relevant: Vec<String>,
