@@ -10,6 +10,7 @@
 
 use std::{fmt::Debug, path::PathBuf, sync::Arc};
 
+use foldgate_background::{Activation, BackgroundTask, BoxFuture};
 use foldgate_domain::{
     BranchId, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId, MemoryItem,
     MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, Tokens,
@@ -407,8 +408,39 @@ impl MemoryBank {
         });
     }
 
+    /// Retention: deletes items older than `max_age_days`, then each
+    /// tenant's oldest beyond `max_items_per_tenant`. How many went.
+    pub async fn prune(&self) -> Result<u64, FoldError> {
+        let age = chrono::Duration::days(i64::from(self.config.max_age_days));
+        let older_than = self.clock.now() - age;
+        let pruned =
+            self.store.prune_memories(older_than, self.config.max_items_per_tenant).await?;
+        if pruned > 0 {
+            tracing::info!(pruned, "memory items past retention deleted");
+        }
+        Ok(pruned)
+    }
+
     fn trusted(&self, item: &MemoryItem) -> bool {
         item.injectable(self.config.memory_min_confidence)
+    }
+}
+
+/// The memory's retention on the background driver (`memory_retention`).
+#[derive(Debug)]
+pub struct MemoryRetention(pub Arc<MemoryBank>);
+
+impl BackgroundTask for MemoryRetention {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.0.prune().await {
+                Ok(pruned) => Activation::ok(serde_json::json!({"pruned": pruned})),
+                Err(e) => {
+                    tracing::warn!(error = %e, "memory retention failed; it runs again later");
+                    Activation::failed(e, serde_json::json!({}))
+                }
+            }
+        })
     }
 }
 

@@ -6,8 +6,11 @@ use std::{sync::Arc, time::Duration};
 use foldgate_background::{
     Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
 };
-use foldgate_engine::{FoldingService, StoreGauges};
+use foldgate_engine::{FoldingService, MemoryBank, MemoryRetention, StoreGauges};
 use serde_json::json;
+
+/// How often the memory's retention runs.
+const MEMORY_RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// How often usage outside branches is written to the database.
 const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
@@ -44,4 +47,11 @@ pub(crate) fn register_store_tasks(
     driver.register(flush, UsageFlusher(Arc::clone(service)));
     let gauge_def = TaskDef::new("store_gauges", StopOrder::GAUGES).period(gauge_interval);
     driver.register(gauge_def, gauges);
+}
+
+/// Registers the memory's retention: once at start, then hourly.
+pub(crate) fn register_memory_task(driver: &mut Driver, bank: &Arc<MemoryBank>) {
+    let def =
+        TaskDef::new("memory_retention", StopOrder::SUPERVISOR).period(MEMORY_RETENTION_INTERVAL);
+    driver.register(def, MemoryRetention(Arc::clone(bank)));
 }

@@ -122,7 +122,9 @@ pub async fn start(
             clock,
             config.memory.clone(),
         );
-        service = service.with_memory(Arc::new(bank));
+        let bank = Arc::new(bank);
+        background::register_memory_task(&mut driver, &bank);
+        service = service.with_memory(bank);
     }
     let service = Arc::new(service);
 

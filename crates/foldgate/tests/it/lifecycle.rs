@@ -70,6 +70,7 @@ async fn the_ops_port_lists_the_background_tasks_with_their_last_outcome() {
         "store_gauges",
         "deadlines",
         "idle_sessions",
+        "memory_retention",
     ];
 
     // Each task is activated once when the gateway starts.
