@@ -235,6 +235,11 @@ pub(crate) fn check_message(
             }
             let parsed =
                 args::parse(*tool, arguments, &state.folding).map_err(|e| bad_argument(&e))?;
+            if let (Some(scope), Some(who)) = (parsed.extra_scope(), who)
+                && !who.has_scope(scope)
+            {
+                return Err(missing_scope(scope));
+            }
             // The tools a run may use must be upstream tools the caller may call.
             if let (args::Parsed::Run(run), Some(who)) = (&parsed, who) {
                 for name in run.tools.iter().flatten() {

@@ -250,6 +250,21 @@ impl Parsed {
             Self::Memory(call) => call.tool(),
         }
     }
+
+    /// A scope these arguments need beyond the tool's own: asking for
+    /// lessons (`inject_memories: true`) reads the memory, keeping one
+    /// (`extract_memory: true`) writes it.
+    pub fn extra_scope(&self) -> Option<&'static str> {
+        match self {
+            Self::Create(create) | Self::Run(RunBranch { create, .. })
+                if create.inject_memories == Some(true) =>
+            {
+                Some(auth::SCOPE_MEMORY_READ)
+            }
+            Self::Return(_, Extract(true)) => Some(auth::SCOPE_MEMORY_WRITE),
+            _ => None,
+        }
+    }
 }
 
 /// Reads a tool's arguments. `None` is treated as `{}`.

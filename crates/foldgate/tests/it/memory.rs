@@ -281,4 +281,27 @@ async fn memory_arguments_and_scopes_are_checked(backend: Backend) {
             .unwrap_err();
         assert!(err.to_string().contains("scope"), "{tool}: {err}");
     }
+    // Nor ask for lessons, nor keep one; without asking, it folds as before.
+    let create = json!({"session_id": "s", "description": "d", "inject_memories": true});
+    let err = folder
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("branch_create")
+                .with_arguments(create.as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("scope"), "{err}");
+    let branch =
+        ok(&call(&folder, "branch_create", json!({"session_id": "s", "description": "d"})).await);
+    let ret = json!({"branch_id": branch["branch_id"], "message": "m", "extract_memory": true});
+    let err = folder
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("branch_return")
+                .with_arguments(ret.as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("scope"), "{err}");
+    let ret = json!({"branch_id": branch["branch_id"], "message": "m"});
+    assert_eq!(ok(&call(&folder, "branch_return", ret).await)["status"], "completed");
 }
