@@ -43,3 +43,12 @@ CREATE INDEX memories_by_age ON memories (tenant_id, created_at);
 -- (`inject_memories`), kept so that a replica that resumes the run gives
 -- the same.
 ALTER TABLE branch_runs ADD COLUMN lessons TEXT;
+
+-- Lessons distilled from a gateway-run branch by its model, queued when its
+-- run ends (NULL: not wanted) and taken by one replica at a time, until
+-- `distill_until`; another takes it over after that.
+ALTER TABLE branch_runs ADD COLUMN distill TEXT CHECK (distill IN ('pending', 'done', 'failed'));
+ALTER TABLE branch_runs ADD COLUMN distill_until TIMESTAMPTZ;
+ALTER TABLE branch_runs ADD COLUMN distill_attempts INTEGER NOT NULL DEFAULT 0
+    CHECK (distill_attempts >= 0);
+CREATE INDEX branch_runs_distill ON branch_runs (distill_until) WHERE distill = 'pending';

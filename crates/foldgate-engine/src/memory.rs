@@ -57,6 +57,11 @@ pub struct MemoryConfig {
     /// Whether items the injection screen flagged may still be injected
     /// and found (not recommended).
     pub inject_flagged: bool,
+    /// The tenants whose gateway-run branches are distilled into lessons
+    /// when they end, by the branch's own model (`"*"`: every tenant).
+    /// None by default: each distillation is a model call the operator
+    /// pays for.
+    pub distill_tenants: Vec<String>,
     /// Retention: the most items a tenant keeps (the oldest go first).
     pub max_items_per_tenant: u64,
     /// Retention: items older than this many days are deleted.
@@ -77,6 +82,7 @@ impl Default for MemoryConfig {
             memory_min_matched_terms: 3,
             recorded_confidence: 0.5,
             inject_flagged: false,
+            distill_tenants: Vec::new(),
             max_items_per_tenant: 10_000,
             max_age_days: 365,
             screen_rules_file: None,
@@ -113,6 +119,11 @@ impl MemoryConfig {
 }
 
 impl MemoryConfig {
+    /// Whether `tenant`'s gateway-run branches are distilled.
+    pub fn distills(&self, tenant: &foldgate_domain::TenantId) -> bool {
+        self.enabled && self.distill_tenants.iter().any(|t| t == "*" || t == tenant.as_str())
+    }
+
     /// The injection screen: the built-in rules, and the operator's file.
     pub fn screen(&self) -> Result<Arc<dyn Screen>, ScreenSetupError> {
         let rules = match &self.screen_rules_file {

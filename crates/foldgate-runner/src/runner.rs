@@ -25,7 +25,9 @@ use foldgate_domain::{
     Branch, BranchId, BranchStatus, EndReason, Principal, ReturnTier, TenantId, Tokens,
 };
 use foldgate_engine::{CallTarget, CreateBranch, FoldError, FoldingService, ScrubFailure};
-use foldgate_store::{Finish, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
+use foldgate_store::{
+    Finish, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
+};
 use foldgate_upstream::{
     Caller, Lookup, Upstream, UpstreamTool, Upstreams,
     meter::{self, Answer, CallFailure, UpstreamCall},
@@ -37,6 +39,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
 mod conversation;
+mod distill;
 mod reconcile;
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use foldgate_domain::{
 use crate::ACTIVITY_RESOLUTION;
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    MemoryStore, ModelUsage, NewBranch, NewStep, OutsideUsage, Run, RunStep, StepWritten,
+    MemoryStore, ModelUsage, NewBranch, NewStep, OutsideUsage, Run, RunEnd, RunStep, StepWritten,
     StoreError,
 };
 
@@ -221,15 +221,13 @@ pub trait Store: MemoryStore + Send + Sync + Debug {
     /// Marks a run done with the result its caller gets (JSON), if `owner`
     /// holds its lease, and records the tokens of its message as returned by
     /// the branch unless its end recorded them already (a branch ended from
-    /// outside returned nothing itself). `false` if `owner` does not hold it.
+    /// outside returned nothing itself); with `distill`, queues its
+    /// distillation into lessons. `false` if `owner` does not hold it.
     async fn finish_run(
         &self,
         tenant: &TenantId,
         id: BranchId,
-        owner: &str,
-        outcome: &str,
-        returned_tokens: Tokens,
-        at: DateTime<Utc>,
+        end: &RunEnd<'_>,
     ) -> Result<bool, StoreError>;
 
     /// Takes over up to `limit` running runs whose lease lapsed before

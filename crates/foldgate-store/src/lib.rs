@@ -40,13 +40,17 @@ pub use connect::{
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
-pub use memory::{MAX_TERMS, MemoryQuery, MemoryStore, NewMemory, Ranked, query_terms};
+pub use memory::{
+    Distillation, MAX_TERMS, MemoryQuery, MemoryStore, NewMemory, Ranked, query_terms,
+};
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
     ParentChoice,
 };
 pub(crate) use requests::{due_branch, idle_session, retry_after};
-pub use runs::{ModelUsage, NewRun, NewStep, Run, RunState, RunStep, StepKind, StepWritten};
+pub use runs::{
+    ModelUsage, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
+};
 pub use sqlite::{Sqlite, SqliteStore};
 pub use store::SqlStore;

@@ -1,12 +1,12 @@
 //! The runs of gateway-run branches, as [`SqlStore`] reads and writes them.
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{BranchId, BranchStatus, TenantId, Tokens};
+use foldgate_domain::{BranchId, BranchStatus, TenantId};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
 use crate::{
-    ModelUsage, NewStep, Run, RunState, RunStep, StepKind, StepWritten, StoreError,
+    ModelUsage, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten, StoreError,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     record::{db_tokens, ledger},
     runs::{RunRow, StepRow, run_columns},
@@ -205,16 +205,15 @@ where
         &self,
         tenant: &TenantId,
         id: BranchId,
-        owner: &str,
-        outcome: &str,
-        returned_tokens: Tokens,
-        at: DateTime<Utc>,
+        end: &RunEnd<'_>,
     ) -> Result<bool, StoreError> {
+        let RunEnd { owner, outcome, returned_tokens, distill, at } = *end;
         self.in_tx("finish_run", |done| *done, |mut tx| async move {
             let result = async {
                 let done = sqlx::query(
                     "UPDATE branch_runs SET state = 'done', outcome = $4, lease_owner = NULL, \
-                     lease_until = NULL, updated_at = $5 \
+                     lease_until = NULL, updated_at = $5, \
+                     distill = CASE WHEN $6 THEN 'pending' ELSE NULL END \
                      WHERE tenant_id = $1 AND branch_id = $2 AND lease_owner = $3 AND state = 'running'",
                 )
                 .bind(tenant.as_str())
@@ -222,6 +221,7 @@ where
                 .bind(owner)
                 .bind(outcome)
                 .bind(Ts(at))
+                .bind(distill)
                 .execute(&mut *tx.0)
                 .await?;
                 if done.rows_affected() != 1 {

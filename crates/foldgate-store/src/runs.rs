@@ -112,6 +112,21 @@ pub struct Run {
     pub lessons: Option<String>,
 }
 
+/// How a run ended, as its owner records it ([`crate::Store::finish_run`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd<'a> {
+    /// The replica that must hold the run's lease.
+    pub owner: &'a str,
+    /// The result its caller gets (JSON).
+    pub outcome: &'a str,
+    /// Tokens of its finding, recorded as returned unless its branch's end
+    /// recorded them already.
+    pub returned_tokens: Tokens,
+    /// Whether its lessons are distilled (queued for the distiller).
+    pub distill: bool,
+    pub at: DateTime<Utc>,
+}
+
 /// What a step was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepKind {

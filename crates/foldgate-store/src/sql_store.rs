@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunStep, StepWritten, Store,
-    StoreError, ToolCalls, check_migrated,
+    ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunEnd, RunStep, StepWritten,
+    Store, StoreError, ToolCalls, check_migrated,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     due_branch, idle_session,
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
@@ -498,12 +498,9 @@ where
         &self,
         tenant: &TenantId,
         id: BranchId,
-        owner: &str,
-        outcome: &str,
-        returned_tokens: Tokens,
-        at: DateTime<Utc>,
+        end: &RunEnd<'_>,
     ) -> Result<bool, StoreError> {
-        self.complete_run(tenant, id, owner, outcome, returned_tokens, at).await
+        self.complete_run(tenant, id, end).await
     }
 
     async fn claim_lapsed_runs(

@@ -179,6 +179,7 @@ pub async fn start(
         runs_stop.clone(),
     );
     runner.register(&mut driver);
+    runner.register_distiller(&mut driver);
     background::register_store_tasks(
         &mut driver,
         &service,

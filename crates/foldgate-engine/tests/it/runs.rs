@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{BranchKind, BranchStatus};
 use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService};
-use foldgate_store::{Finish, NewRun, NewStep, RunState, StepKind, StepWritten};
+use foldgate_store::{Finish, NewRun, NewStep, RunEnd, RunState, StepKind, StepWritten};
 use foldgate_testkit::{Backend, on_both_backends, principal};
 
 use crate::env;
@@ -18,6 +18,7 @@ on_both_backends!(
     a_model_step_measures_the_context_into_the_ledger,
     lapsed_runs_are_taken_over_once,
     a_gateway_run_branch_stays_out_of_the_agents_stack,
+    distillations_are_queued_at_the_end_and_claimed_once,
 );
 
 fn req(service: &FoldingService, session: &str, budget: i64) -> CreateBranch {
@@ -34,6 +35,16 @@ fn run(owner: &str, until: DateTime<Utc>) -> NewRun {
         lease_until: until,
         lessons: None,
     }
+}
+
+fn end<'a>(
+    owner: &'a str,
+    outcome: &'a str,
+    returned_tokens: u64,
+    distill: bool,
+    at: DateTime<Utc>,
+) -> RunEnd<'a> {
+    RunEnd { owner, outcome, returned_tokens, distill, at }
 }
 
 fn step(seq: u32, kind: StepKind, usage: (u64, u64), at: DateTime<Utc>) -> NewStep {
@@ -94,9 +105,14 @@ async fn steps_are_written_once_in_order_by_the_lease_holder(backend: Backend) {
     assert!(store.model_usage(&principal("globex", "x").tenant).await.unwrap().is_empty());
 
     // Only the holder finishes it, once.
-    assert!(!store.finish_run(tenant, branch.id, "b", "{}", 0, now).await.unwrap());
-    assert!(store.finish_run(tenant, branch.id, "a", "{\"done\": true}", 7, now).await.unwrap());
-    assert!(!store.finish_run(tenant, branch.id, "a", "{}", 0, now).await.unwrap());
+    assert!(!store.finish_run(tenant, branch.id, &end("b", "{}", 0, false, now)).await.unwrap());
+    assert!(
+        store
+            .finish_run(tenant, branch.id, &end("a", "{\"done\": true}", 7, false, now))
+            .await
+            .unwrap()
+    );
+    assert!(!store.finish_run(tenant, branch.id, &end("a", "{}", 0, false, now)).await.unwrap());
     let done = store.run(tenant, branch.id).await.unwrap().unwrap();
     assert_eq!(done.state, RunState::Done);
     assert_eq!(done.outcome.as_deref(), Some("{\"done\": true}"));
@@ -190,7 +206,9 @@ async fn lapsed_runs_are_taken_over_once(backend: Backend) {
         .await
         .unwrap()
         .branch;
-    assert!(store.finish_run(&env.alice.tenant, done.id, "a", "{}", 0, now).await.unwrap());
+    assert!(
+        store.finish_run(&env.alice.tenant, done.id, &end("a", "{}", 0, false, now)).await.unwrap()
+    );
 
     assert!(
         store.claim_lapsed_runs("b", now, later, 10).await.unwrap().is_empty(),
@@ -259,4 +277,49 @@ async fn a_gateway_run_branch_stays_out_of_the_agents_stack(backend: Backend) {
         Err(FoldError::GatewayRunBranch)
     ));
     env.db.cleanup().await;
+}
+
+/// A run that ends asking for distillation is queued; concurrent claims
+/// take it once; a claim held past its time is taken again; ended, it is
+/// gone from the queue. A run that ends without it is never queued.
+async fn distillations_are_queued_at_the_end_and_claimed_once(backend: Backend) {
+    let env = env(backend).await;
+    let store = env.service.store();
+    let tenant = &env.alice.tenant;
+    let now = env.service.clock().now();
+    let later = now + chrono::Duration::seconds(60);
+    let mut branches = Vec::new();
+    for (session, distill) in [("s1", true), ("s2", false), ("s3", true)] {
+        let branch = env
+            .service
+            .create_run(&env.alice, req(&env.service, session, 1_000), run("a", later))
+            .await
+            .unwrap()
+            .branch;
+        assert!(
+            store.finish_run(tenant, branch.id, &end("a", "{}", 0, distill, now)).await.unwrap()
+        );
+        branches.push(branch.id);
+    }
+    let hold = now + chrono::Duration::seconds(30);
+    let (first, second) = tokio::join!(
+        store.claim_distillations(now, hold, 10),
+        store.claim_distillations(now, hold, 10)
+    );
+    let mut claimed: Vec<_> =
+        first.unwrap().into_iter().chain(second.unwrap()).map(|d| (d.branch, d.attempts)).collect();
+    claimed.sort();
+    let mut expected = vec![(branches[0], 1), (branches[2], 1)];
+    expected.sort();
+    assert_eq!(claimed, expected, "each pending distillation once, not the other run");
+    assert!(store.claim_distillations(now, hold, 10).await.unwrap().is_empty(), "held");
+
+    store.end_distillation(tenant, branches[0], true).await.unwrap();
+    let after = hold + chrono::Duration::seconds(1);
+    let again = store.claim_distillations(after, after + chrono::Duration::seconds(30), 10);
+    let again: Vec<_> = again.await.unwrap().into_iter().map(|d| (d.branch, d.attempts)).collect();
+    assert_eq!(again, [(branches[2], 2)], "the one still pending, after its hold");
+    store.end_distillation(tenant, branches[2], false).await.unwrap();
+    let later = after + chrono::Duration::seconds(60);
+    assert!(store.claim_distillations(later, later, 10).await.unwrap().is_empty());
 }

@@ -355,10 +355,14 @@ impl Runner {
         let outcome = RunOutcome::of(&ended, &run, message, tokens, cut, failure);
         let json = serde_json::to_string(&outcome).unwrap_or_default();
         let now = self.service.clock().now();
-        if store
-            .finish_run(tenant, branch.id, &self.owner, &json, outcome.tokens_returned, now)
-            .await?
-        {
+        let end = RunEnd {
+            owner: &self.owner,
+            outcome: &json,
+            returned_tokens: outcome.tokens_returned,
+            distill: self.distills(tenant),
+            at: now,
+        };
+        if store.finish_run(tenant, branch.id, &end).await? {
             self.metrics.ended(tenant.as_str(), &run.model, &outcome.status);
             tracing::info!(%tenant, branch_id = %branch.id, status = %outcome.status,
                 reason = outcome.reason.as_deref().unwrap_or(""), tokens_used = outcome.tokens_used,

@@ -320,6 +320,7 @@ async fn task_result(url: &str, token: &str, id: &str) -> Map<String, Value> {
     panic!("the task never completed");
 }
 
+mod distill;
 mod faults;
 mod takeover;
 mod tasks;

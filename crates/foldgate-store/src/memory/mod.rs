@@ -4,21 +4,28 @@
 //! Text reaches this module scrubbed and screened; the store only keeps it,
 //! ranks it, and moves its counts and confidence in single statements.
 
-use std::{collections::HashSet, fmt::Debug};
+use std::fmt::Debug;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, MemorySource, Provenance, SessionId,
-    Subject, TenantId,
+    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, Provenance, SessionId, TenantId,
 };
 use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
+mod rows;
+mod terms;
+
+pub use self::terms::{MAX_TERMS, query_terms};
+use self::{
+    rows::{MemoryRow, RankedRow, corrupt},
+    terms::{CANDIDATES_PER_ITEM, MIN_CANDIDATES, matched_terms, stems},
+};
 use crate::{
     StoreError,
-    dialect::{Dialect, Param, Sql, Value},
+    dialect::{Dialect, Param, Sql, Value, locking},
     store::SqlStore,
     ts::Ts,
 };
@@ -75,6 +82,25 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// Deletes every item of the tenant (a data-deletion request); how many.
     async fn delete_memories(&self, tenant: &TenantId) -> Result<u64, StoreError>;
 
+    /// Takes up to `limit` gateway-run branches whose distillation is
+    /// pending and not held by another replica (or held past its time):
+    /// this one holds them until `until`, and each counts an attempt. On
+    /// Postgres with `FOR UPDATE SKIP LOCKED`. Oldest ended first.
+    async fn claim_distillations(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Distillation>, StoreError>;
+
+    /// Ends a branch's distillation: done, or failed for good.
+    async fn end_distillation(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        done: bool,
+    ) -> Result<(), StoreError>;
+
     /// Retention, for every tenant: deletes items created before
     /// `older_than`, then each tenant's oldest beyond `max_per_tenant`.
     /// How many went.
@@ -84,6 +110,23 @@ pub trait MemoryStore: Send + Sync + Debug {
         max_per_tenant: u64,
     ) -> Result<u64, StoreError>;
 }
+
+/// A gateway-run branch to distil, as claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Distillation {
+    pub tenant: TenantId,
+    pub branch: BranchId,
+    /// Attempts so far, this one included.
+    pub attempts: u32,
+}
+
+/// Takes pending distillations; a replica skips the rows another holds.
+const CLAIM_DISTILLATIONS: Sql = locking!(
+    ["UPDATE branch_runs SET distill_until = $2, distill_attempts = distill_attempts + 1 \
+      WHERE branch_id IN (SELECT branch_id FROM branch_runs WHERE distill = 'pending' \
+      AND (distill_until IS NULL OR distill_until <= $1) ORDER BY updated_at LIMIT $3"]
+    " FOR UPDATE SKIP LOCKED" [") RETURNING tenant_id, branch_id, distill_attempts"]
+);
 
 /// An item to write.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,66 +167,6 @@ pub struct Ranked {
     pub item: MemoryItem,
     pub score: f64,
 }
-
-/// The terms of a free-text query, as both backends' queries take them:
-/// lowercased words of letters and digits, English stop words left out,
-/// each once, at most [`MAX_TERMS`].
-pub fn query_terms(text: &str) -> Vec<String> {
-    let mut terms: Vec<String> = Vec::new();
-    for word in query_terms_unbounded(text) {
-        if !terms.contains(&word) {
-            terms.push(word);
-        }
-        if terms.len() == MAX_TERMS {
-            break;
-        }
-    }
-    terms
-}
-
-/// Every term of a text, lowercased, stop words left out.
-fn query_terms_unbounded(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|w| w.chars().count() >= 2 && STOP_WORDS.binary_search(&w.as_str()).is_err())
-}
-
-/// The most terms a query is ranked by.
-pub const MAX_TERMS: usize = 64;
-
-/// How many candidates the database ranks for each item asked for, before
-/// those sharing too few terms are left out.
-const CANDIDATES_PER_ITEM: u32 = 4;
-/// The fewest candidates the database ranks.
-const MIN_CANDIDATES: u32 = 40;
-
-/// The stems of a text's terms (Snowball English, as Postgres' `english`
-/// configuration stems).
-fn stems(stemmer: &Stemmer, text: &str) -> HashSet<String> {
-    query_terms_unbounded(text).map(|t| stemmer.stem(&t).into_owned()).collect()
-}
-
-/// How many of `query`'s stems `item` contains.
-fn matched_terms(stemmer: &Stemmer, query: &HashSet<String>, item: &MemoryItem) -> usize {
-    let text = format!("{} {} {}", item.title, item.description, item.content);
-    stems(stemmer, &text).intersection(query).count()
-}
-
-/// Words too common to say what a text is about (sorted, for the binary
-/// search). Postgres' `english` configuration drops its own list; this one
-/// serves SQLite, whose FTS5 keeps every word.
-const STOP_WORDS: &[&str] = &[
-    "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at",
-    "be", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could",
-    "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had",
-    "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "if", "in", "into",
-    "is", "it", "its", "itself", "just", "me", "more", "most", "my", "no", "nor", "not", "now",
-    "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same",
-    "she", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very",
-    "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
-    "with", "would", "you", "your", "yours",
-];
 
 /// The columns of an item.
 macro_rules! memory_columns {
@@ -226,78 +209,6 @@ const SEARCH: Sql = Sql {
          ORDER BY score DESC, id LIMIT $6"
     ),
 };
-
-/// A `memories` row.
-#[derive(Debug, sqlx::FromRow)]
-struct MemoryRow {
-    tenant_id: String,
-    id: Uuid,
-    kind: String,
-    source: String,
-    title: String,
-    description: String,
-    content: String,
-    prior: f64,
-    confidence: f64,
-    subject: String,
-    session_id: Option<String>,
-    branch_id: Option<Uuid>,
-    flagged: String,
-    uses: i64,
-    helpful: i64,
-    unhelpful: i64,
-    created_at: DateTime<Utc>,
-    last_used_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct RankedRow {
-    #[sqlx(flatten)]
-    row: MemoryRow,
-    score: f64,
-}
-
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
-
-fn count(v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| corrupt(format!("negative count {v}")))
-}
-
-impl TryFrom<MemoryRow> for MemoryItem {
-    type Error = StoreError;
-
-    fn try_from(r: MemoryRow) -> Result<Self, Self::Error> {
-        Ok(MemoryItem {
-            id: MemoryId::from_uuid(r.id),
-            kind: r.kind.parse().map_err(corrupt)?,
-            title: r.title,
-            description: r.description,
-            content: r.content,
-            prior: Confidence::new(r.prior).map_err(corrupt)?,
-            confidence: Confidence::new(r.confidence).map_err(corrupt)?,
-            provenance: Provenance {
-                tenant: TenantId::parse(&r.tenant_id).map_err(corrupt)?,
-                subject: Subject::parse(&r.subject).map_err(corrupt)?,
-                session: r
-                    .session_id
-                    .as_deref()
-                    .map(SessionId::parse)
-                    .transpose()
-                    .map_err(corrupt)?,
-                branch: r.branch_id.map(BranchId::from_uuid),
-                source: r.source.parse::<MemorySource>().map_err(corrupt)?,
-            },
-            flagged: r.flagged.split_whitespace().map(str::to_owned).collect(),
-            created_at: r.created_at,
-            last_used_at: r.last_used_at,
-            uses: count(r.uses)?,
-            helpful: count(r.helpful)?,
-            unhelpful: count(r.unhelpful)?,
-        })
-    }
-}
 
 #[async_trait]
 impl<D: Dialect> MemoryStore for SqlStore<D>
@@ -516,6 +427,53 @@ where
         .await
     }
 
+    async fn claim_distillations(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Distillation>, StoreError> {
+        self.timed("claim_distillations", async {
+            let rows: Vec<(String, Uuid, i32)> = sqlx::query_as(D::pick(&CLAIM_DISTILLATIONS))
+                .bind(Ts(now))
+                .bind(Ts(until))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter()
+                .map(|(tenant, branch, attempts)| {
+                    Ok(Distillation {
+                        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
+                        branch: BranchId::from_uuid(branch),
+                        attempts: u32::try_from(attempts).map_err(corrupt)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn end_distillation(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        done: bool,
+    ) -> Result<(), StoreError> {
+        self.timed("end_distillation", async {
+            sqlx::query(
+                "UPDATE branch_runs SET distill = $3, distill_until = NULL \
+                 WHERE tenant_id = $1 AND branch_id = $2 AND distill = 'pending'",
+            )
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .bind(if done { "done" } else { "failed" })
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn prune_memories(
         &self,
         older_than: DateTime<Utc>,
@@ -539,27 +497,5 @@ where
                 + crate::dialect::RowsAffected::rows_affected(&over))
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_words_are_sorted_for_the_binary_search() {
-        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
-    }
-
-    #[test]
-    fn query_terms_are_the_words_that_say_something() {
-        assert_eq!(
-            query_terms("Fix the flaky test in CI: it's *timing*-dependent, the test!"),
-            ["fix", "flaky", "test", "ci", "timing", "dependent"]
-        );
-        assert!(query_terms("a the of ' \" ) OR AND").is_empty());
-        assert_eq!(query_terms(&"word ".repeat(500)).len(), 1);
-        let many: String = (0..200).map(|i| format!("w{i} ")).collect();
-        assert_eq!(query_terms(&many).len(), MAX_TERMS);
     }
 }

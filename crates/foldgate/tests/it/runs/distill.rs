@@ -1,0 +1,119 @@
+//! Lessons distilled from gateway-run branches, on both backends: a
+//! completed run yields a strategy and a failed one a pitfall, from the
+//! run's own model after the run has answered; a later related branch of
+//! the tenant starts with them, with their provenance; another tenant never
+//! sees them.
+
+use foldgate_testkit::on_both_backends;
+
+use super::*;
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    ended_runs_are_distilled_into_lessons_that_later_branches_get,
+);
+
+fn lessons(title: &str, content: &str, confidence: f64) -> Reply {
+    let answer = json!({"lessons": [
+        {"title": title, "description": "When a service's shutdown hangs.", "content": content,
+         "confidence": confidence}
+    ]});
+    Reply::text(format!("```json\n{answer}\n```"), 900, 80)
+}
+
+/// Waits for the tenant's lessons that match `query`.
+async fn found(agent: &Client, query: &str, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = ok(&call(agent, "memory_search", json!({"query": query})).await);
+        let items = found["items"].as_array().unwrap().clone();
+        if items.len() >= count || Instant::now() > deadline {
+            return items;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn ended_runs_are_distilled_into_lessons_that_later_branches_get(backend: Backend) {
+    let Env { gw, agent, model, _files } = env(backend, Provider::Openai, false, |c| {
+        c.memory.distill_tenants = vec!["acme".into()];
+    })
+    .await;
+    let strategy = "Send SIGTERM, then wait on the drain barrier in shutdown.rs before closing \
+                    the listener; closing it first leaves keep-alive connections hanging.";
+    let pitfall = "Raising the shutdown grace period does not help: the hang is a lock held \
+                   across the drain in pool.rs, so profile the lock before tuning timeouts.";
+    // The run's one answer, then the distillation of it (its request
+    // carries the task, so it reaches the same script).
+    model.script(
+        "graceful shutdown hangs",
+        [
+            Reply::text("The drain barrier in shutdown.rs must come first.", 600, 20),
+            lessons("Drain before closing the listener on shutdown", strategy, 0.85),
+        ],
+    );
+    // A run the provider refuses (400: not retried) fails; its distillation
+    // is asked all the same.
+    model.script(
+        "shutdown grace period",
+        [
+            Reply::status(400),
+            lessons("A longer shutdown grace period does not fix a drain hang", pitfall, 0.8),
+        ],
+    );
+    let done = ok(&call(
+        &agent,
+        "branch_run",
+        json!({"session_id": "s1", "description": "Find why graceful shutdown hangs",
+               "budget": 8000}),
+    )
+    .await);
+    assert_eq!(done["status"], "completed", "{done:?}");
+    let failed = ok(&call(
+        &agent,
+        "branch_run",
+        json!({"session_id": "s2", "description": "Tune the shutdown grace period so the drain \
+               hang goes away", "budget": 8000}),
+    )
+    .await);
+    assert_eq!(failed["status"], "failed", "{failed:?}");
+
+    let items = found(&agent, "graceful shutdown drain hang listener grace period", 2).await;
+    assert_eq!(items.len(), 2, "{items:#?}");
+    for (run, kind, content) in [(&done, "strategy", strategy), (&failed, "pitfall", pitfall)] {
+        let item = items
+            .iter()
+            .find(|i| i["provenance"]["branch_id"] == run["branch_id"])
+            .unwrap_or_else(|| panic!("no lesson from {run:?}: {items:#?}"));
+        assert_eq!(item["kind"], kind);
+        assert_eq!(item["content"], content);
+        assert_eq!(item["provenance"]["source"], "distilled");
+        assert_eq!(item["provenance"]["subject"], "alice");
+        assert_eq!(item["trusted"], true, "the model's confidence clears the threshold");
+    }
+    assert_eq!(model.unused_replies(), 0, "each branch was distilled once");
+
+    // A later related branch starts with them; an unrelated one and
+    // another tenant get nothing.
+    let branch = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "s3", "description": "Fix the graceful shutdown hang in the drain",
+               "budget": 8000, "inject_memories": true}),
+    )
+    .await);
+    let injected = branch["injected_context"].as_array().unwrap();
+    assert_eq!(injected.len(), 2, "{branch:?}");
+    assert!(injected.iter().all(|i| i["provenance"]["source"] == "distilled"));
+    let tokens = branch["injected_tokens"].as_u64().unwrap();
+    assert!(tokens > 0 && tokens * 5 <= 8000, "{tokens}");
+    let other = client(&gw.url, &gw.write_token("globex", "mallory"), Era::Legacy).await;
+    let theirs = ok(&call(
+        &other,
+        "branch_create",
+        json!({"session_id": "s", "description": "Fix the graceful shutdown hang in the drain",
+               "inject_memories": true}),
+    )
+    .await);
+    assert_eq!(theirs["injected_context"], json!([]));
+}
