@@ -12,8 +12,8 @@ use foldgate_api::{
 };
 use foldgate_background::{Driver, StopOrder};
 use foldgate_engine::{
-    Clock, EngineMetrics, FoldingService, MemoryBank, StoreGauges, SystemClock, TokenCounter,
-    scrubber_from_config, supervisor,
+    Clock, EngineMetrics, FoldingService, MemoryBank, MemoryMetrics, StoreGauges, SystemClock,
+    TokenCounter, scrubber_from_config, supervisor,
 };
 use foldgate_store::{Backend, ConnectOptions, redact_url};
 use foldgate_telemetry::Telemetry;
@@ -121,7 +121,8 @@ pub async fn start(
             tokens,
             clock,
             config.memory.clone(),
-        );
+        )
+        .with_metrics(MemoryMetrics::new(&meter));
         let bank = Arc::new(bank);
         background::register_memory_task(&mut driver, &bank);
         service = service.with_memory(bank);

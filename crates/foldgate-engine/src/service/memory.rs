@@ -1,6 +1,6 @@
 //! The lessons a new branch starts with, from the tenant's memory.
 
-use foldgate_domain::{Branch, EndReason, Principal, Tokens};
+use foldgate_domain::{Branch, BranchKind, EndReason, Principal, Tokens};
 
 use super::FoldingService;
 use crate::{FoldError, Injection, MemoryBank};
@@ -31,7 +31,7 @@ impl FoldingService {
         if consumption.exhausted {
             self.force_return(&who.tenant, branch.id, EndReason::BudgetExhausted).await?;
         }
-        memory.used(who, &injection.items);
+        memory.used(who, &injection, BranchKind::Agent);
         Ok(injection)
     }
 }

@@ -200,7 +200,7 @@ impl FoldingService {
         self.signal_deadline(branch.deadline_at);
         let mut branch = branch;
         match inject {
-            Some(memory) if gateway_run => memory.used(who, &injection.items),
+            Some(memory) if gateway_run => memory.used(who, &injection, BranchKind::Gateway),
             Some(memory) => injection = self.inject(who, memory, &mut branch, &task).await?,
             None => {}
         }

@@ -95,22 +95,23 @@ impl Runner {
         let claimed = store.claim_distillations(now, until, BATCH).await?;
         let (mut lessons, branches) = (0, claimed.len());
         for job in claimed {
-            let done = match self.distill(memory, &job.tenant, job.branch).await {
+            let (done, outcome) = match self.distill(memory, &job.tenant, job.branch).await {
                 Ok(stored) => {
                     lessons += stored;
-                    Some(true)
+                    (Some(true), "done")
                 }
                 Err(e) if job.attempts >= MAX_ATTEMPTS => {
                     tracing::warn!(tenant = %job.tenant, branch_id = %job.branch, error = %e,
                         attempts = job.attempts, "distilling a branch failed; given up");
-                    Some(false)
+                    (Some(false), "failed")
                 }
                 Err(e) => {
                     tracing::info!(tenant = %job.tenant, branch_id = %job.branch, error = %e,
                         attempts = job.attempts, "distilling a branch failed; retried later");
-                    None
+                    (None, "retry")
                 }
             };
+            memory.metrics().distillation(&job.tenant, outcome);
             if let Some(done) = done {
                 store.end_distillation(&job.tenant, job.branch, done).await?;
             }

@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use foldgate_testkit::gateway::{Client, Era, TestGateway, call, client, ok, refusal};
+
+use crate::telemetry::{sample, scrape};
 use foldgate_testkit::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
@@ -144,6 +146,19 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     }
     let branch = create(&bob, "s-after-failures", task, 8192).await;
     assert_eq!(branch["injected_context"], json!([]));
+
+    let (samples, _) = scrape(&gw).await;
+    let value =
+        |name: &str, labels: &[(&str, &str)]| sample(&samples, name, labels).map(|s| s.value);
+    let acme = ("tenant", "acme");
+    let recorded = [acme, ("kind", "strategy"), ("source", "recorded"), ("flagged", "false")];
+    assert_eq!(value("foldgate_memory_items_total", &recorded), Some(1.0));
+    assert_eq!(value("foldgate_memory_injections_total", &[acme, ("kind", "agent")]), Some(1.0));
+    assert_eq!(value("foldgate_memory_injected_total", &[acme]), Some(1.0));
+    #[expect(clippy::cast_precision_loss, reason = "a small count")]
+    let tokens = tokens as f64;
+    assert_eq!(value("foldgate_memory_tokens_injected_total", &[acme]), Some(tokens));
+    assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "false")]), Some(3.0));
 }
 
 async fn poisoned_lessons_are_flagged_and_never_shown(backend: Backend) {
@@ -173,6 +188,18 @@ async fn poisoned_lessons_are_flagged_and_never_shown(backend: Backend) {
     assert_eq!(found["items"], json!([]), "{found:?}");
     let branch = create(&agent, "s", "Postgres index migrations", 8192).await;
     assert_eq!(branch["injected_context"], json!([]));
+
+    let (samples, _) = scrape(&gw).await;
+    let value =
+        |name: &str, labels: &[(&str, &str)]| sample(&samples, name, labels).map(|s| s.value);
+    let acme = ("tenant", "acme");
+    assert_eq!(value("foldgate_memory_items_total", &[acme, ("flagged", "true")]), Some(3.0));
+    assert_eq!(value("foldgate_memory_items_total", &[acme, ("flagged", "false")]), None);
+    assert!(
+        value("foldgate_memory_flagged_total", &[acme, ("rule", "hidden-unicode")]) >= Some(1.0)
+    );
+    assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "true")]), Some(15.0));
+    assert_eq!(value("foldgate_memory_injections_total", &[acme]), None, "nothing was injected");
 }
 
 async fn returned_messages_become_lessons_without_their_secrets(backend: Backend) {

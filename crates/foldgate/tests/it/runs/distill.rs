@@ -92,6 +92,11 @@ async fn ended_runs_are_distilled_into_lessons_that_later_branches_get(backend: 
         assert_eq!(item["trusted"], true, "the model's confidence clears the threshold");
     }
     assert_eq!(model.unused_replies(), 0, "each branch was distilled once");
+    let (samples, _) = crate::telemetry::scrape(&gw).await;
+    let done = [("tenant", "acme"), ("outcome", "done")];
+    let distilled =
+        crate::telemetry::sample(&samples, "foldgate_memory_distillations_total", &done);
+    assert_eq!(distilled.map(|s| s.value), Some(2.0));
 
     // A later related branch starts with them; an unrelated one and
     // another tenant get nothing.

@@ -164,10 +164,10 @@ async fn federated_fold(gw: &TestGateway, tenant: &str, session: &str) -> Federa
 // The Prometheus exposition.
 
 #[derive(Debug, Clone)]
-struct Sample {
+pub(crate) struct Sample {
     name: String,
     labels: BTreeMap<String, String>,
-    value: f64,
+    pub(crate) value: f64,
 }
 
 /// Parses the text format: `# TYPE` lines and samples (labels unescaped).
@@ -228,14 +228,18 @@ fn parse_exposition(text: &str) -> (Vec<Sample>, BTreeMap<String, String>) {
     (samples, types)
 }
 
-fn sample<'a>(samples: &'a [Sample], name: &str, wanted: &[(&str, &str)]) -> Option<&'a Sample> {
+pub(crate) fn sample<'a>(
+    samples: &'a [Sample],
+    name: &str,
+    wanted: &[(&str, &str)],
+) -> Option<&'a Sample> {
     samples.iter().find(|s| {
         s.name == name
             && wanted.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
     })
 }
 
-async fn scrape(gw: &TestGateway) -> (Vec<Sample>, BTreeMap<String, String>) {
+pub(crate) async fn scrape(gw: &TestGateway) -> (Vec<Sample>, BTreeMap<String, String>) {
     let response = reqwest::get(format!("http://{}/metrics", gw.running.ops_addr)).await.unwrap();
     assert_eq!(response.status(), 200);
     let content_type = response.headers()[header::CONTENT_TYPE].to_str().unwrap().to_owned();

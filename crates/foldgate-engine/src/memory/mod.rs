@@ -12,14 +12,17 @@ use std::{fmt::Debug, path::PathBuf, sync::Arc};
 
 use foldgate_background::{Activation, BackgroundTask, BoxFuture};
 use foldgate_domain::{
-    BranchId, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId, MemoryItem,
-    MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, Tokens,
+    BranchId, BranchKind, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId,
+    MemoryItem, MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, Tokens,
 };
 use foldgate_scrub::{InjectionLoadError, InjectionRules};
 use foldgate_store::{MemoryQuery, NewMemory, Ranked, Store};
 use serde::Deserialize;
 
 use crate::{Clock, FoldError, Scrubber, TokenCounter};
+
+mod metrics;
+pub use self::metrics::MemoryMetrics;
 
 /// Checks text for prompt injection.
 pub trait Screen: Send + Sync + Debug {
@@ -243,6 +246,7 @@ pub struct MemoryBank {
     tokens: TokenCounter,
     clock: Arc<dyn Clock>,
     config: MemoryConfig,
+    metrics: MemoryMetrics,
 }
 
 /// How injected lessons open, so the model knows what they are and where
@@ -260,7 +264,17 @@ impl MemoryBank {
         clock: Arc<dyn Clock>,
         config: MemoryConfig,
     ) -> Self {
-        Self { store, scrubber, screen, tokens, clock, config }
+        Self { store, scrubber, screen, tokens, clock, config, metrics: MemoryMetrics::noop() }
+    }
+
+    /// Records into these instruments instead of nowhere.
+    pub fn with_metrics(mut self, metrics: MemoryMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &MemoryMetrics {
+        &self.metrics
     }
 
     pub fn config(&self) -> &MemoryConfig {
@@ -306,6 +320,7 @@ impl MemoryBank {
             at: self.clock.now(),
         };
         let stored = self.store.insert_memory(&new).await?;
+        self.metrics.stored(&stored);
         if stored.flagged.is_empty() {
             tracing::info!(tenant = %who.tenant, memory_id = %stored.id, kind = %stored.kind,
                 source = stored.provenance.source.as_str(), "memory item stored");
@@ -354,6 +369,7 @@ impl MemoryBank {
             .memory_feedback(&who.tenant, id, helpful)
             .await?
             .ok_or(FoldError::MemoryNotFound)?;
+        self.metrics.feedback(&who.tenant, helpful);
         tracing::info!(tenant = %who.tenant, memory_id = %id, helpful,
             confidence = item.confidence.get(), "memory feedback");
         Ok(item)
@@ -402,12 +418,15 @@ impl MemoryBank {
         Ok(injection)
     }
 
-    /// Counts the injection of these items (off the create's path: a
-    /// failure is logged, nothing else).
-    pub fn used(&self, who: &Principal, items: &[MemoryItem]) {
+    /// Counts the injection of these lessons into a branch of `kind`
+    /// (their uses are written off the create's path: a failure is logged,
+    /// nothing else).
+    pub fn used(&self, who: &Principal, injection: &Injection, kind: BranchKind) {
+        let items = &injection.items;
         if items.is_empty() {
             return;
         }
+        self.metrics.injected(&who.tenant, kind, items.len(), injection.tokens);
         let store = Arc::clone(&self.store);
         let tenant = who.tenant.clone();
         let ids: Vec<MemoryId> = items.iter().map(|i| i.id).collect();

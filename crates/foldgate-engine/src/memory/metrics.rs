@@ -1,0 +1,117 @@
+//! The reasoning memory's metric instruments.
+
+use foldgate_domain::{BranchKind, MemoryItem, TenantId, Tokens};
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Meter, MeterProvider, noop::NoopMeterProvider},
+};
+
+/// Instruments the memory records into.
+#[derive(Debug, Clone)]
+pub struct MemoryMetrics {
+    /// `foldgate.memory.items{tenant, kind, source, flagged}`: lessons
+    /// stored (`flagged="true"` when the injection screen flagged them).
+    items: Counter<u64>,
+    /// `foldgate.memory.flagged{tenant, rule}`: lessons the injection screen
+    /// flagged, by each rule they set off.
+    flagged: Counter<u64>,
+    /// `foldgate.memory.injections{tenant, kind}`: branches that started
+    /// with lessons, by kind of branch (`agent`, `gateway`).
+    injections: Counter<u64>,
+    /// `foldgate.memory.injected{tenant}`: lessons injected.
+    injected: Counter<u64>,
+    /// `foldgate.memory.tokens.injected{tenant}`: tokens of injected lessons.
+    tokens_injected: Counter<u64>,
+    /// `foldgate.memory.feedback{tenant, helpful}`.
+    feedback: Counter<u64>,
+    /// `foldgate.memory.distillations{tenant, outcome}`: distillations of
+    /// gateway-run branches (`done`, `retry`, `failed`).
+    distillations: Counter<u64>,
+}
+
+fn tenant(t: &TenantId) -> KeyValue {
+    KeyValue::new("tenant", t.as_str().to_owned())
+}
+
+impl MemoryMetrics {
+    pub fn new(meter: &Meter) -> Self {
+        let lessons = "{lesson}";
+        Self {
+            items: meter
+                .u64_counter("foldgate.memory.items")
+                .with_description(
+                    "Lessons stored in the memory, by kind, source and whether flagged",
+                )
+                .with_unit(lessons)
+                .build(),
+            flagged: meter
+                .u64_counter("foldgate.memory.flagged")
+                .with_description("Lessons the injection screen flagged, by rule")
+                .with_unit(lessons)
+                .build(),
+            injections: meter
+                .u64_counter("foldgate.memory.injections")
+                .with_description("Branches that started with lessons from the memory")
+                .with_unit("{branch}")
+                .build(),
+            injected: meter
+                .u64_counter("foldgate.memory.injected")
+                .with_description("Lessons injected into branches")
+                .with_unit(lessons)
+                .build(),
+            tokens_injected: meter
+                .u64_counter("foldgate.memory.tokens.injected")
+                .with_description("Tokens of the lessons injected into branches")
+                .with_unit("{token}")
+                .build(),
+            feedback: meter
+                .u64_counter("foldgate.memory.feedback")
+                .with_description("Feedback on lessons, by whether they helped")
+                .with_unit("{feedback}")
+                .build(),
+            distillations: meter
+                .u64_counter("foldgate.memory.distillations")
+                .with_description("Distillations of ended gateway-run branches, by outcome")
+                .with_unit("{branch}")
+                .build(),
+        }
+    }
+
+    /// Instruments that record nowhere.
+    pub fn noop() -> Self {
+        Self::new(&NoopMeterProvider::new().meter("foldgate"))
+    }
+
+    pub(super) fn stored(&self, item: &MemoryItem) {
+        let who = tenant(&item.provenance.tenant);
+        self.items.add(
+            1,
+            &[
+                who.clone(),
+                KeyValue::new("kind", item.kind.as_str()),
+                KeyValue::new("source", item.provenance.source.as_str()),
+                KeyValue::new("flagged", !item.flagged.is_empty()),
+            ],
+        );
+        for rule in &item.flagged {
+            self.flagged.add(1, &[who.clone(), KeyValue::new("rule", rule.clone())]);
+        }
+    }
+
+    pub(super) fn injected(&self, who: &TenantId, kind: BranchKind, items: usize, tokens: Tokens) {
+        let who = tenant(who);
+        self.injections.add(1, &[who.clone(), KeyValue::new("kind", kind.as_str())]);
+        self.injected.add(u64::try_from(items).unwrap_or(u64::MAX), std::slice::from_ref(&who));
+        self.tokens_injected.add(tokens, &[who]);
+    }
+
+    pub(super) fn feedback(&self, who: &TenantId, helpful: bool) {
+        self.feedback.add(1, &[tenant(who), KeyValue::new("helpful", helpful)]);
+    }
+
+    /// A distillation that ended: `done`, `retry` (tried again later) or
+    /// `failed` (given up).
+    pub fn distillation(&self, who: &TenantId, outcome: &'static str) {
+        self.distillations.add(1, &[tenant(who), KeyValue::new("outcome", outcome)]);
+    }
+}
