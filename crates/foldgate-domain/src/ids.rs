@@ -1,9 +1,7 @@
 //! Identifiers. Each is built only through `parse` (or, for branch ids,
 //! `generate`), so an invalid one cannot exist past the edge.
 
-use std::{fmt, str::FromStr};
-
-use uuid::Uuid;
+use std::fmt;
 
 use crate::InvalidInput;
 
@@ -115,60 +113,78 @@ impl Principal {
     }
 }
 
-/// A branch id, `br_<uuid>`. New ids are UUIDv7, so they sort by creation
-/// time and index well.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BranchId(Uuid);
+/// An id of a UUID behind a prefix (`br_<uuid>`): new ids are UUIDv7, so
+/// they sort by creation time and index well; only the canonical hyphenated
+/// form parses.
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(::uuid::Uuid);
 
-impl BranchId {
-    const PREFIX: &'static str = "br_";
+        impl $name {
+            const PREFIX: &'static str = $prefix;
 
-    /// A fresh, time-ordered id.
-    pub fn generate() -> Self {
-        Self(Uuid::now_v7())
-    }
+            /// A fresh, time-ordered id.
+            pub fn generate() -> Self {
+                Self(::uuid::Uuid::now_v7())
+            }
 
-    /// Parses `br_` followed by a hyphenated UUID.
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        let bad = || InvalidInput::new("branch_id", "must be `br_` followed by a UUID");
-        let rest = raw.strip_prefix(Self::PREFIX).ok_or_else(bad)?;
-        // `Uuid::parse_str` also accepts braced and URN forms; only the
-        // canonical hyphenated form is a branch id.
-        if rest.len() != 36 {
-            return Err(bad());
+            #[doc = concat!("Parses `", $prefix, "` followed by a hyphenated UUID.")]
+            pub fn parse(raw: &str) -> Result<Self, $crate::InvalidInput> {
+                let bad = || {
+                    $crate::InvalidInput::new(
+                        $field,
+                        concat!("must be `", $prefix, "` followed by a UUID"),
+                    )
+                };
+                let rest = raw.strip_prefix(Self::PREFIX).ok_or_else(bad)?;
+                // `Uuid::parse_str` also accepts braced and URN forms.
+                if rest.len() != 36 {
+                    return Err(bad());
+                }
+                ::uuid::Uuid::parse_str(rest).map(Self).map_err(|_| bad())
+            }
+
+            /// Rebuilds an id read back from the store.
+            pub fn from_uuid(uuid: ::uuid::Uuid) -> Self {
+                Self(uuid)
+            }
+
+            pub fn as_uuid(&self) -> ::uuid::Uuid {
+                self.0
+            }
         }
-        Uuid::parse_str(rest).map(Self).map_err(|_| bad())
-    }
 
-    /// Rebuilds an id read back from the store.
-    pub fn from_uuid(uuid: Uuid) -> Self {
-        Self(uuid)
-    }
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                write!(f, "{}{}", Self::PREFIX, self.0.hyphenated())
+            }
+        }
 
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::InvalidInput;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s)
+            }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+    };
 }
+pub(crate) use uuid_id;
 
-impl fmt::Display for BranchId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", Self::PREFIX, self.0.hyphenated())
-    }
-}
-
-impl FromStr for BranchId {
-    type Err = InvalidInput;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::parse(s)
-    }
-}
-
-impl serde::Serialize for BranchId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
+uuid_id!(
+    /// A branch id, `br_<uuid>`.
+    BranchId,
+    "br_",
+    "branch_id"
+);
 
 #[cfg(test)]
 mod tests {

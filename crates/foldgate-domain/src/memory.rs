@@ -12,9 +12,10 @@
 use std::{fmt, str::FromStr};
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
-use crate::{BranchId, InvalidInput, SessionId, Subject, TenantId, text::bounded_text};
+use crate::{
+    BranchId, InvalidInput, SessionId, Subject, TenantId, ids::uuid_id, text::bounded_text,
+};
 
 /// Strategy or pitfall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,49 +83,12 @@ impl FromStr for MemorySource {
     }
 }
 
-/// An item's id: `mem_` and a UUID.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MemoryId(Uuid);
-
-impl MemoryId {
-    const PREFIX: &'static str = "mem_";
-
-    /// A fresh, time-ordered id.
-    pub fn generate() -> Self {
-        Self(Uuid::now_v7())
-    }
-
-    /// Parses `mem_` followed by a hyphenated UUID.
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        let bad = || InvalidInput::new("id", "must be `mem_` followed by a UUID");
-        let rest = raw.strip_prefix(Self::PREFIX).ok_or_else(bad)?;
-        if rest.len() != 36 {
-            return Err(bad());
-        }
-        Uuid::parse_str(rest).map(Self).map_err(|_| bad())
-    }
-
-    /// Rebuilds an id read back from the store.
-    pub fn from_uuid(uuid: Uuid) -> Self {
-        Self(uuid)
-    }
-
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
-}
-
-impl fmt::Display for MemoryId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", Self::PREFIX, self.0.hyphenated())
-    }
-}
-
-impl fmt::Debug for MemoryId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
+uuid_id!(
+    /// A memory item's id, `mem_<uuid>`.
+    MemoryId,
+    "mem_",
+    "id"
+);
 
 /// A confidence between 0 and 1.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]

@@ -341,15 +341,7 @@ impl MemoryBank {
         kind: Option<MemoryKind>,
         limit: u32,
     ) -> Result<Vec<Found>, FoldError> {
-        let query = MemoryQuery {
-            text: text.to_owned(),
-            kind,
-            min_confidence: 0.0,
-            include_flagged: self.config.inject_flagged,
-            min_matched_terms: self.config.memory_min_matched_terms,
-            limit,
-        };
-        let ranked = self.store.search_memories(&who.tenant, &query).await?;
+        let ranked = self.ranked(who, text, kind, 0.0, limit).await?;
         Ok(ranked
             .into_iter()
             .map(|Ranked { item, score }| Found { trusted: self.trusted(&item), item, score })
@@ -384,15 +376,8 @@ impl MemoryBank {
         task: &str,
         budget: Tokens,
     ) -> Result<Injection, FoldError> {
-        let query = MemoryQuery {
-            text: task.to_owned(),
-            kind: None,
-            min_confidence: self.config.memory_min_confidence,
-            include_flagged: self.config.inject_flagged,
-            min_matched_terms: self.config.memory_min_matched_terms,
-            limit: self.config.memory_max_items,
-        };
-        let ranked = self.store.search_memories(&who.tenant, &query).await?;
+        let (floor, most) = (self.config.memory_min_confidence, self.config.memory_max_items);
+        let ranked = self.ranked(who, task, None, floor, most).await?;
         #[expect(
             clippy::cast_precision_loss,
             clippy::cast_possible_truncation,
@@ -449,6 +434,27 @@ impl MemoryBank {
             tracing::info!(pruned, "memory items past retention deleted");
         }
         Ok(pruned)
+    }
+
+    /// The tenant's items related to `text`, best first, as the settings
+    /// say what is related and whether flagged items count.
+    async fn ranked(
+        &self,
+        who: &Principal,
+        text: &str,
+        kind: Option<MemoryKind>,
+        min_confidence: f64,
+        limit: u32,
+    ) -> Result<Vec<Ranked>, FoldError> {
+        let query = MemoryQuery {
+            text: text.to_owned(),
+            kind,
+            min_confidence,
+            include_flagged: self.config.inject_flagged,
+            min_matched_terms: self.config.memory_min_matched_terms,
+            limit,
+        };
+        Ok(self.store.search_memories(&who.tenant, &query).await?)
     }
 
     fn trusted(&self, item: &MemoryItem) -> bool {
