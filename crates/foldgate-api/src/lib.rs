@@ -41,6 +41,9 @@ pub mod names {
     pub const BRANCH_RUN: &str = FoldingTool::BranchRun.name();
     pub const BRANCH_STATUS: &str = FoldingTool::BranchStatus.name();
     pub const SESSION_END: &str = FoldingTool::SessionEnd.name();
+    pub const MEMORY_SEARCH: &str = FoldingTool::MemorySearch.name();
+    pub const MEMORY_RECORD: &str = FoldingTool::MemoryRecord.name();
+    pub const MEMORY_FEEDBACK: &str = FoldingTool::MemoryFeedback.name();
     pub use crate::call::BRANCH_HEADER;
     pub use foldgate_upstream::meter::{BRANCH_META_KEY, METERING_META_KEY};
 }

@@ -93,6 +93,11 @@ pub(super) struct LoadArgs {
     /// for `verify`.
     #[arg(long, value_name = "FILE")]
     pub(super) record: Option<PathBuf>,
+    /// Before the clock starts, give each tenant this many trusted lessons
+    /// that match the branches agents open, and open every branch with
+    /// `inject_memories: true` (fold mode).
+    #[arg(long, value_name = "LESSONS")]
+    pub(super) inject_memories: Option<u32>,
 }
 
 #[derive(Debug, Args)]

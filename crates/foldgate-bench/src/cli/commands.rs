@@ -81,6 +81,7 @@ pub(super) fn workload(load: &LoadArgs, rate: Option<f64>, sample_default: Durat
         sample_interval: load.sample_interval.unwrap_or(sample_default),
         progress: load.progress,
         record: load.record.clone(),
+        inject_memories: load.inject_memories,
     }
 }
 

@@ -120,6 +120,9 @@ impl Agent {
         if let Some(parent) = parent {
             args["parent_branch_id"] = parent.into();
         }
+        if self.shared.workload.inject_memories.is_some() {
+            args["inject_memories"] = true.into();
+        }
         let created = self.call(BRANCH_CREATE, args, None).await?;
         Some(created.and_then(|v| {
             let id = v.get("branch_id").and_then(Value::as_str).map(str::to_owned);

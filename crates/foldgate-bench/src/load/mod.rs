@@ -13,7 +13,10 @@ use std::{
 };
 
 use anyhow::Context;
-use foldgate_api::auth::{Secret, mint_hs256};
+use foldgate_api::{
+    auth::{Secret, mint_hs256},
+    names,
+};
 use foldgate_domain::{Subject, TenantId};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -152,6 +155,10 @@ pub struct Workload {
     /// Where to write each branch created and returned (JSON lines), for
     /// later checks against the database.
     pub record: Option<PathBuf>,
+    /// Lessons given to each tenant before the run, trusted and matching
+    /// the branches agents open; with them every branch is opened with
+    /// `inject_memories: true`. `None`: no memory.
+    pub inject_memories: Option<u32>,
 }
 
 impl Workload {
@@ -177,6 +184,7 @@ impl Workload {
             sample_interval: Duration::from_secs(1),
             progress: false,
             record: None,
+            inject_memories: None,
         }
     }
 
@@ -313,6 +321,44 @@ pub(crate) fn agent_token(
     mint(auth, &workload.tenant(i, auth.tenants), &format!("agent-{i}"), url)
 }
 
+/// Gives each tenant `lessons` lessons that match the branches agents open
+/// (`agent.rs`), each made trusted by three uses that helped.
+async fn seed_memories(target: &Target, workload: &Workload, lessons: u32) -> anyhow::Result<()> {
+    let (Some(auth), Some(url)) = (&target.auth, target.urls.first()) else {
+        anyhow::bail!("--inject-memories needs a gateway whose tokens the bench can mint");
+    };
+    for t in 0..auth.tenants {
+        let token = mint(auth, &workload.tenant(t, auth.tenants), "seeder", url)?;
+        let mut client = McpClient::new(url, Some(&token), &workload.client)?;
+        for k in 0..lessons {
+            let item = client
+                .call_tool(
+                    names::MEMORY_RECORD,
+                    json!({
+                        "title": format!("Where HTTP retries are configured ({k})"),
+                        "kind": "strategy",
+                        "content": format!(
+                            "HTTP retries are configured in config/http.rs: report the attempts \
+                             and the backoff setting found there, then check the client builder \
+                             in src/http/client.rs, which can override them (lesson {k})."
+                        ),
+                    }),
+                    None,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("memory_record: {e}"))?;
+            let id = item["item"]["id"].clone();
+            for _ in 0..3 {
+                client
+                    .call_tool(names::MEMORY_FEEDBACK, json!({"id": id, "helpful": true}), None)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("memory_feedback: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Mints a token with both scopes for `tenant` and `subject`, valid a day,
 /// for the gateway at `url`.
 pub fn mint(auth: &Auth, tenant: &str, subject: &str, url: &str) -> anyhow::Result<String> {
@@ -321,7 +367,7 @@ pub fn mint(auth: &Auth, tenant: &str, subject: &str, url: &str) -> anyhow::Resu
         &Secret::new(auth.secret.clone()),
         &TenantId::parse(tenant)?,
         &Subject::parse(subject)?,
-        ["fold:read", "fold:write"],
+        ["fold:read", "fold:write", "memory:read", "memory:write"],
         Duration::from_secs(24 * 3600),
         None,
         Some(audience),
@@ -332,6 +378,9 @@ pub fn mint(auth: &Auth, tenant: &str, subject: &str, url: &str) -> anyhow::Resu
 pub async fn run(target: &Target, workload: &Workload) -> anyhow::Result<LoadResult> {
     anyhow::ensure!(!target.urls.is_empty(), "no URL to load");
     anyhow::ensure!(workload.agents > 0, "at least one agent is needed");
+    if let Some(lessons) = workload.inject_memories {
+        seed_memories(target, workload, lessons).await?;
+    }
     // Clients and tokens are made before the clock starts.
     let mut agents_clients = Vec::with_capacity(workload.agents);
     for i in 0..workload.agents {
