@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use foldgate_background::{
     Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
 };
-use foldgate_engine::{FoldingService, MemoryBank, MemoryRetention, StoreGauges};
+use foldgate_engine::{FoldingService, MemoryBank, MemoryRetention, MemoryUses, StoreGauges};
 use serde_json::json;
 
 /// How often the memory's retention runs.
@@ -49,9 +49,14 @@ pub(crate) fn register_store_tasks(
     driver.register(gauge_def, gauges);
 }
 
-/// Registers the memory's retention: once at start, then hourly.
-pub(crate) fn register_memory_task(driver: &mut Driver, bank: &Arc<MemoryBank>) {
+/// Registers the memory's tasks: retention (once at start, then hourly)
+/// and the use counts (every few seconds, and once more at shutdown).
+pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>) {
     let def =
         TaskDef::new("memory_retention", StopOrder::SUPERVISOR).period(MEMORY_RETENTION_INTERVAL);
     driver.register(def, MemoryRetention(Arc::clone(bank)));
+    let def = TaskDef::new("memory_uses", StopOrder::USAGE)
+        .period(USAGE_FLUSH_INTERVAL)
+        .on_stop(OnStop::LastPass);
+    driver.register(def, MemoryUses(Arc::clone(bank)));
 }

@@ -124,7 +124,7 @@ pub async fn start(
         )
         .with_metrics(MemoryMetrics::new(&meter));
         let bank = Arc::new(bank);
-        background::register_memory_task(&mut driver, &bank);
+        background::register_memory_tasks(&mut driver, &bank);
         service = service.with_memory(bank);
     }
     let service = Arc::new(service);

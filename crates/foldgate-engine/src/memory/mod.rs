@@ -8,12 +8,18 @@
 //! (`recorded_confidence`): they are found by `memory_search`, marked as not
 //! yet trusted, and injected only once feedback has lifted them.
 
-use std::{fmt::Debug, path::PathBuf, sync::Arc};
+use std::{
+    collections::HashMap,
+    fmt::Debug,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use foldgate_background::{Activation, BackgroundTask, BoxFuture};
 use foldgate_domain::{
     BranchId, BranchKind, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId,
-    MemoryItem, MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, Tokens,
+    MemoryItem, MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, TenantId,
+    Tokens,
 };
 use foldgate_scrub::{InjectionLoadError, InjectionRules};
 use foldgate_store::{MemoryQuery, NewMemory, Ranked, Store};
@@ -123,7 +129,7 @@ impl MemoryConfig {
 
 impl MemoryConfig {
     /// Whether `tenant`'s gateway-run branches are distilled.
-    pub fn distills(&self, tenant: &foldgate_domain::TenantId) -> bool {
+    pub fn distills(&self, tenant: &TenantId) -> bool {
         self.enabled && self.distill_tenants.iter().any(|t| t == "*" || t == tenant.as_str())
     }
 
@@ -247,6 +253,8 @@ pub struct MemoryBank {
     clock: Arc<dyn Clock>,
     config: MemoryConfig,
     metrics: MemoryMetrics,
+    /// Injections counted since the last flush, per tenant and item.
+    uses: Mutex<HashMap<TenantId, HashMap<MemoryId, u64>>>,
 }
 
 /// How injected lessons open, so the model knows what they are and where
@@ -264,7 +272,16 @@ impl MemoryBank {
         clock: Arc<dyn Clock>,
         config: MemoryConfig,
     ) -> Self {
-        Self { store, scrubber, screen, tokens, clock, config, metrics: MemoryMetrics::noop() }
+        Self {
+            store,
+            scrubber,
+            screen,
+            tokens,
+            clock,
+            config,
+            metrics: MemoryMetrics::noop(),
+            uses: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Records into these instruments instead of nowhere.
@@ -385,22 +402,35 @@ impl MemoryBank {
             reason = "budgets are far below 2^52; the ratio is 0..=1"
         )]
         let room = (budget as f64 * self.config.injection_budget_ratio).floor() as Tokens;
-        let mut injection = Injection::default();
-        let mut body = String::new();
+        // Chosen by the tokens of each part, counted once; the text as a
+        // whole is counted at the end (pieces joined count no more than
+        // apart, but rarely a token less).
+        let mut parts: Vec<(MemoryItem, String)> = Vec::new();
+        let mut estimate = self.tokens.count(INJECTION_HEADER);
         for Ranked { item, .. } in ranked {
-            let candidate = format!("{body}\n{}", render(&item));
-            let text = format!("{INJECTION_HEADER}{candidate}");
-            let tokens = self.tokens.count(&text);
-            if tokens > room {
+            let line = format!("\n{}", render(&item));
+            let tokens = self.tokens.count(&line);
+            if estimate + tokens > room {
                 // A shorter item further down may still fit.
                 continue;
             }
-            body = candidate;
-            injection.text = text;
-            injection.tokens = tokens;
-            injection.items.push(item);
+            estimate += tokens;
+            parts.push((item, line));
         }
-        Ok(injection)
+        loop {
+            let text: String = std::iter::once(INJECTION_HEADER)
+                .chain(parts.iter().map(|(_, line)| line.as_str()))
+                .collect();
+            let tokens = self.tokens.count(&text);
+            if parts.is_empty() {
+                return Ok(Injection::default());
+            }
+            if tokens <= room {
+                let items = parts.into_iter().map(|(item, _)| item).collect();
+                return Ok(Injection { items, text, tokens });
+            }
+            parts.pop();
+        }
     }
 
     /// Counts the injection of these lessons into a branch of `kind`
@@ -412,15 +442,39 @@ impl MemoryBank {
             return;
         }
         self.metrics.injected(&who.tenant, kind, items.len(), injection.tokens);
-        let store = Arc::clone(&self.store);
-        let tenant = who.tenant.clone();
-        let ids: Vec<MemoryId> = items.iter().map(|i| i.id).collect();
+        let mut pending = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = pending.entry(who.tenant.clone()).or_default();
+        for item in items {
+            *counts.entry(item.id).or_default() += 1;
+        }
+    }
+
+    /// Writes the uses counted since the last flush, a statement per
+    /// tenant. What could not be written is kept for the next flush.
+    pub async fn flush_uses(&self) -> Result<usize, FoldError> {
+        let taken = std::mem::take(&mut *self.uses.lock().unwrap_or_else(PoisonError::into_inner));
         let at = self.clock.now();
-        tokio::spawn(async move {
-            if let Err(e) = store.memories_used(&tenant, &ids, at).await {
-                tracing::warn!(tenant = %tenant, error = %e, "memory uses were not counted");
+        let mut written = 0;
+        let mut failed = None;
+        for (tenant, counts) in taken {
+            let uses: Vec<(MemoryId, u64)> = counts.iter().map(|(id, n)| (*id, *n)).collect();
+            if failed.is_none() {
+                match self.store.memories_used(&tenant, &uses, at).await {
+                    Ok(()) => {
+                        written += uses.len();
+                        continue;
+                    }
+                    Err(e) => failed = Some(FoldError::from(e)),
+                }
             }
-        });
+            // Back into the tally, with what was counted meanwhile.
+            let mut pending = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+            let again = pending.entry(tenant).or_default();
+            for (id, n) in counts {
+                *again.entry(id).or_default() += n;
+            }
+        }
+        failed.map_or(Ok(written), Err)
     }
 
     /// Retention: deletes items older than `max_age_days`, then each
@@ -459,6 +513,25 @@ impl MemoryBank {
 
     fn trusted(&self, item: &MemoryItem) -> bool {
         item.injectable(self.config.memory_min_confidence)
+    }
+}
+
+/// Writes the lessons' use counts on the background driver
+/// (`memory_uses`): every few seconds, and once more at shutdown.
+#[derive(Debug)]
+pub struct MemoryUses(pub Arc<MemoryBank>);
+
+impl BackgroundTask for MemoryUses {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.0.flush_uses().await {
+                Ok(written) => Activation::ok(serde_json::json!({"written": written})),
+                Err(e) => {
+                    tracing::warn!(error = %e, "memory uses were not written; kept for the next try");
+                    Activation::failed(e, serde_json::json!({}))
+                }
+            }
+        })
     }
 }
 

@@ -59,11 +59,12 @@ pub trait MemoryStore: Send + Sync + Debug {
         helpful: bool,
     ) -> Result<Option<MemoryItem>, StoreError>;
 
-    /// Counts an injection of each item.
+    /// Adds injections to items' use counts (`(item, injections)`), and
+    /// records `at` as their last use.
     async fn memories_used(
         &self,
         tenant: &TenantId,
-        ids: &[MemoryId],
+        uses: &[(MemoryId, u64)],
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
@@ -350,28 +351,36 @@ where
     async fn memories_used(
         &self,
         tenant: &TenantId,
-        ids: &[MemoryId],
+        uses: &[(MemoryId, u64)],
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        if ids.is_empty() {
+        if uses.is_empty() {
             return Ok(());
         }
         self.timed("memories_used", async {
-            // One statement for the lot: the ids as a JSON array.
-            let ids = serde_json::to_string(
-                &ids.iter().map(|id| id.as_uuid().to_string()).collect::<Vec<_>>(),
+            // One statement for the lot: `[[id, count], …]` as JSON, the id
+            // as 32 hex digits (as SQLite's `hex` spells a blob).
+            let uses = serde_json::to_string(
+                &uses
+                    .iter()
+                    .map(|(id, n)| (id.as_uuid().simple().to_string(), *n))
+                    .collect::<Vec<_>>(),
             )
             .map_err(corrupt)?;
             sqlx::query(D::pick(&Sql {
-                postgres: "UPDATE memories SET uses = uses + 1, last_used_at = $3 \
-                           WHERE tenant_id = $1 AND id IN \
-                           (SELECT value::uuid FROM jsonb_array_elements_text($2::jsonb))",
-                sqlite: "UPDATE memories SET uses = uses + 1, last_used_at = $3 \
+                postgres: "UPDATE memories AS m SET uses = m.uses + u.n, \
+                           last_used_at = GREATEST(m.last_used_at, $3) \
+                           FROM (SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS n \
+                           FROM jsonb_array_elements($2::jsonb) AS e) AS u \
+                           WHERE m.tenant_id = $1 AND m.id = u.id",
+                sqlite: "UPDATE memories SET uses = uses + (SELECT json_extract(value, '$[1]') \
+                         FROM json_each($2) WHERE json_extract(value, '$[0]') = lower(hex(memories.id))), \
+                         last_used_at = max(coalesce(last_used_at, $3), $3) \
                          WHERE tenant_id = $1 AND lower(hex(id)) IN \
-                         (SELECT replace(value, '-', '') FROM json_each($2))",
+                         (SELECT json_extract(value, '$[0]') FROM json_each($2))",
             }))
             .bind(tenant.as_str())
-            .bind(ids)
+            .bind(uses)
             .bind(Ts(at))
             .execute(&self.pool)
             .await?;

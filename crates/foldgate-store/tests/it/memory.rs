@@ -207,15 +207,17 @@ async fn uses_are_counted_and_pages_run_newest_first(backend: Backend) {
         store.insert_memory(&new).await.unwrap();
         ids.push(new.id);
     }
-    store.memories_used(&acme, &ids[1..3], at(30)).await.unwrap();
-    store.memories_used(&acme, &ids[2..3], at(45)).await.unwrap();
-    store.memories_used(&tenant("globex"), &ids, at(60)).await.unwrap();
+    store.memories_used(&acme, &[(ids[1], 1), (ids[2], 3)], at(45)).await.unwrap();
+    // An older flush (another replica's) does not move the last use back.
+    store.memories_used(&acme, &[(ids[2], 2)], at(30)).await.unwrap();
+    let all: Vec<_> = ids.iter().map(|id| (*id, 7)).collect();
+    store.memories_used(&tenant("globex"), &all, at(60)).await.unwrap();
     store.memories_used(&acme, &[], at(60)).await.unwrap();
     for (i, id) in ids.iter().enumerate() {
         let item = store.memory(&acme, *id).await.unwrap().unwrap();
         let (uses, last) = match i {
-            1 => (1, Some(at(30))),
-            2 => (2, Some(at(45))),
+            1 => (1, Some(at(45))),
+            2 => (5, Some(at(45))),
             _ => (0, None),
         };
         assert_eq!((item.uses, item.last_used_at), (uses, last), "item {i}");

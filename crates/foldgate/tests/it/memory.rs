@@ -128,9 +128,9 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     let feedback = call(&mallory, "memory_feedback", json!({"id": id, "helpful": false})).await;
     assert_eq!(refusal(&feedback).0, "memory_not_found");
 
-    // Uses are counted off the create's path.
+    // Uses are counted off the create's path, written every 5 s.
     let mut uses = 0;
-    for _ in 0..50 {
+    for _ in 0..150 {
         let found = ok(&call(&alice, "memory_search", json!({"query": task})).await);
         uses = found["items"][0]["uses"].as_u64().unwrap();
         if uses == 1 {
