@@ -1,4 +1,4 @@
-//! The command line: `serve`, `migrate`, `token` and `check-config`.
+//! The command line: `serve`, `migrate`, `token`, `check-config` and `memory`.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -10,6 +10,7 @@ use foldgate_telemetry::{LogFormat, OtelSettings, Telemetry};
 use crate::{
     check,
     config::{AuthMode, Config, telemetry_from_env},
+    memory_cli::MemoryCommand,
     serve,
 };
 
@@ -72,6 +73,9 @@ enum Command {
         #[arg(long, env = "FOLDGATE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// List or delete a tenant's lessons in the reasoning memory.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
 }
 
 fn parse_ttl(raw: &str) -> Result<Duration, String> {
@@ -198,6 +202,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("configuration is valid (database {})", redact_url(&config.database_url));
             println!("{}", check::describe_upstreams(&config));
             println!("{}", check::describe_models(&config));
+        }
+        Command::Memory(command) => {
+            init_logs(
+                telemetry_from_env(std::env::vars()).map_err(anyhow::Error::msg)?.log_format,
+            )?;
+            command.run().await?;
         }
     }
     Ok(())

@@ -7,4 +7,5 @@ mod check;
 pub mod cli;
 pub mod config;
 pub mod http;
+mod memory_cli;
 pub mod serve;

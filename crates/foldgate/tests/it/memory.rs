@@ -17,6 +17,7 @@ on_both_backends!(
     poisoned_lessons_are_flagged_and_never_shown,
     returned_messages_become_lessons_without_their_secrets,
     memory_arguments_and_scopes_are_checked,
+    operators_list_and_delete_a_tenants_lessons,
 );
 
 const MIGRATION_LESSON: &str = "Run CREATE INDEX CONCURRENTLY outside a transaction: sqlx \
@@ -331,4 +332,78 @@ async fn memory_arguments_and_scopes_are_checked(backend: Backend) {
     assert!(err.to_string().contains("scope"), "{err}");
     let ret = json!({"branch_id": branch["branch_id"], "message": "m"});
     assert_eq!(ok(&call(&folder, "branch_return", ret).await)["status"], "completed");
+}
+
+/// `foldgate memory list` and `delete`, as a process against the database.
+async fn operators_list_and_delete_a_tenants_lessons(backend: Backend) {
+    use foldgate_domain::{
+        BranchId, Confidence, MemoryId, MemoryKind, MemorySource, Provenance, Subject, TenantId,
+    };
+    use foldgate_store::NewMemory;
+
+    let db = foldgate_testkit::TestDb::new(backend).await;
+    let store = db.connect().await;
+    let mut ids = Vec::new();
+    for (tenant, title) in [("acme", "first"), ("acme", "second"), ("globex", "theirs")] {
+        let new = NewMemory {
+            id: MemoryId::generate(),
+            kind: MemoryKind::Pitfall,
+            title: title.to_owned(),
+            description: String::new(),
+            content: "content".to_owned(),
+            prior: Confidence::new(0.5).unwrap(),
+            provenance: Provenance {
+                tenant: TenantId::parse(tenant).unwrap(),
+                subject: Subject::parse("alice").unwrap(),
+                session: None,
+                branch: Some(BranchId::generate()),
+                source: MemorySource::Recorded,
+            },
+            flagged: vec!["role-marker".into()],
+            at: chrono::Utc::now(),
+        };
+        store.insert_memory(&new).await.unwrap();
+        ids.push(new.id);
+    }
+    let foldgate = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+            .arg("memory")
+            .args(args)
+            .args(["--database-url", &db.url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (ok_, stdout, stderr) = foldgate(&["list", "--tenant", "acme"]);
+    assert!(ok_, "{stderr}");
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let titles: Vec<&str> = lines.iter().map(|l| l["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["second", "first"], "newest first, acme's only");
+    assert_eq!(lines[0]["flagged"], json!(["role-marker"]));
+    assert_eq!(lines[0]["source"], "recorded");
+    let (_, stdout, _) = foldgate(&["list", "--tenant", "acme", "--before", &ids[1].to_string()]);
+    assert_eq!(stdout.lines().count(), 1, "the next page");
+
+    let (ok_, stdout, stderr) =
+        foldgate(&["delete", "--tenant", "acme", "--id", &ids[0].to_string()]);
+    assert!(ok_ && stdout.contains("deleted 1 lessons"), "{stdout} {stderr}");
+    let (ok_, stdout, _) = foldgate(&["delete", "--tenant", "acme", "--id", &ids[2].to_string()]);
+    assert!(ok_ && stdout.contains("deleted 0 lessons"), "another tenant's lesson: {stdout}");
+    let (ok_, stdout, _) = foldgate(&["delete", "--tenant", "acme", "--all"]);
+    assert!(ok_ && stdout.contains("deleted 1 lessons"), "{stdout}");
+    let (_, stdout, _) = foldgate(&["list", "--tenant", "acme"]);
+    assert!(stdout.is_empty(), "{stdout}");
+    let (_, stdout, _) = foldgate(&["list", "--tenant", "globex"]);
+    assert_eq!(stdout.lines().count(), 1, "globex keeps its lesson");
+
+    let (ok_, _, stderr) = foldgate(&["delete", "--tenant", "acme", "--id", "br_nope"]);
+    assert!(!ok_ && stderr.contains("mem_"), "{stderr}");
+    let (ok_, _, stderr) = foldgate(&["delete", "--tenant", "acme"]);
+    assert!(!ok_ && stderr.contains("--id"), "one of --id or --all: {stderr}");
+    store.close().await;
 }
