@@ -162,8 +162,13 @@ pub(crate) async fn call(
 
 /// Keeps a returned branch's message as a lesson (`extract_memory`), off
 /// the return's path: a strategy when it succeeded, a pitfall when not.
-/// The message is already scrubbed; it is screened like any item.
-pub(crate) fn extract(bank: &std::sync::Arc<MemoryBank>, who: &Principal, returned: &Returned) {
+/// The message is already scrubbed; it is screened like any item. Whether
+/// it makes a lesson at all (an empty message does not).
+pub(crate) fn extract(
+    bank: &std::sync::Arc<MemoryBank>,
+    who: &Principal,
+    returned: &Returned,
+) -> bool {
     let b = &returned.branch;
     let kind = if b.status == BranchStatus::Completed {
         MemoryKind::Strategy
@@ -177,19 +182,20 @@ pub(crate) fn extract(bank: &std::sync::Arc<MemoryBank>, who: &Principal, return
         b.session_id.clone(),
         b.id,
     );
+    let candidate = match candidate {
+        Ok(candidate) => candidate,
+        Err(e) => {
+            tracing::info!(tenant = %who.tenant, error = %e,
+                "a returned message was not kept as a lesson");
+            return false;
+        }
+    };
     let (bank, who) = (std::sync::Arc::clone(bank), who.clone());
     tokio::spawn(async move {
-        let candidate = match candidate {
-            Ok(candidate) => candidate,
-            Err(e) => {
-                tracing::info!(tenant = %who.tenant, error = %e,
-                    "a returned message was not kept as a lesson");
-                return;
-            }
-        };
         if let Err(e) = bank.record(&who, candidate).await {
             tracing::warn!(tenant = %who.tenant, error = %e,
                 "a returned message could not be kept as a lesson");
         }
     });
+    true
 }

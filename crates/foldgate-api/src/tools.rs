@@ -90,8 +90,7 @@ impl FoldingTools {
                 let returned = s.return_branch(who, req).await?;
                 let mut answer = BranchReturned::from(&returned);
                 if let Some(bank) = s.memory().filter(|_| extract) {
-                    memory::extract(bank, who, &returned);
-                    answer.memory_extracted = true;
+                    answer.memory_extracted = memory::extract(bank, who, &returned);
                 }
                 to_value(&answer)
             }

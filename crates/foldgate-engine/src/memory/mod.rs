@@ -373,6 +373,19 @@ impl MemoryBank {
         id: MemoryId,
         helpful: bool,
     ) -> Result<MemoryItem, FoldError> {
+        // A flagged lesson is shown to no one, through no tool; a lesson's
+        // author cannot vouch for it.
+        let found = self.store.memory(&who.tenant, id).await?;
+        let found = found.filter(|i| i.flagged.is_empty() || self.config.inject_flagged);
+        let found = found.ok_or(FoldError::MemoryNotFound)?;
+        if found.provenance.source == MemorySource::Recorded
+            && found.provenance.subject == who.subject
+        {
+            return Err(FoldError::Invalid(InvalidInput::new(
+                "id",
+                "a lesson's own author cannot give feedback on it",
+            )));
+        }
         let item = self
             .store
             .memory_feedback(&who.tenant, id, helpful)
@@ -386,12 +399,14 @@ impl MemoryBank {
 
     /// The lessons for a branch about `task` with `budget` tokens: the
     /// trusted items that match, best first, as many as fit in
-    /// `injection_budget_ratio` of the budget (and `memory_max_items`).
+    /// `injection_budget_ratio` of the budget (and `memory_max_items`), and
+    /// in `at_most` tokens.
     pub async fn for_branch(
         &self,
         who: &Principal,
         task: &str,
         budget: Tokens,
+        at_most: Tokens,
     ) -> Result<Injection, FoldError> {
         let (floor, most) = (self.config.memory_min_confidence, self.config.memory_max_items);
         let ranked = self.ranked(who, task, None, floor, most).await?;
@@ -401,7 +416,8 @@ impl MemoryBank {
             clippy::cast_sign_loss,
             reason = "budgets are far below 2^52; the ratio is 0..=1"
         )]
-        let room = (budget as f64 * self.config.injection_budget_ratio).floor() as Tokens;
+        let room =
+            ((budget as f64 * self.config.injection_budget_ratio).floor() as Tokens).min(at_most);
         // Chosen by the tokens of each part, counted once; the text as a
         // whole is counted at the end (pieces joined count no more than
         // apart, but rarely a token less).
@@ -553,6 +569,12 @@ impl BackgroundTask for MemoryRetention {
     }
 }
 
+/// `text` on one line: a title or description cannot start a line of its
+/// own that would read as another lesson.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// One item as a branch reads it: kind, confidence and provenance first.
 fn render(item: &MemoryItem) -> String {
     let from = match (item.provenance.source, item.provenance.branch) {
@@ -565,11 +587,11 @@ fn render(item: &MemoryItem) -> String {
         item.kind,
         item.id,
         item.confidence.get(),
-        item.title
+        one_line(&item.title)
     );
     if !item.description.is_empty() {
         text.push_str(" — ");
-        text.push_str(&item.description);
+        text.push_str(&one_line(&item.description));
     }
     text.push_str("\n  ");
     text.push_str(&item.content.replace('\n', "\n  "));

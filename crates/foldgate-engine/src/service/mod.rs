@@ -161,7 +161,8 @@ impl FoldingService {
         // chosen before the branch exists, against the budget asked for.
         let mut injection = Injection::default();
         if let (Some(memory), Some(run)) = (inject, run.as_mut()) {
-            injection = memory::lessons(who, memory, &task, req.budget.tokens()).await;
+            let budget = req.budget.tokens();
+            injection = memory::lessons(who, memory, &task, budget, Tokens::MAX).await;
             run.lessons = (!injection.is_empty()).then(|| injection.text.clone());
         }
         // The branch's starting context is its description and prompt.
@@ -201,7 +202,7 @@ impl FoldingService {
         let mut branch = branch;
         match inject {
             Some(memory) if gateway_run => memory.used(who, &injection, BranchKind::Gateway),
-            Some(memory) => injection = self.inject(who, memory, &mut branch, &task).await?,
+            Some(memory) => injection = self.inject(who, memory, &mut branch, &task).await,
             None => {}
         }
         tracing::info!(

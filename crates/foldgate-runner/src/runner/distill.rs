@@ -18,9 +18,10 @@ use super::*;
 
 /// How often the queue is looked at.
 const DISTILL_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a replica holds a claimed distillation.
-const HOLD: Duration = Duration::from_secs(300);
-/// Distillations taken in one pass.
+/// How long a replica holds a claimed distillation: longer than its model
+/// call may take, retries included.
+const HOLD: Duration = Duration::from_secs(900);
+/// Distillations worked in one pass, each claimed just before its work.
 const BATCH: u32 = 8;
 /// Attempts before a distillation is given up.
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
@@ -90,11 +91,12 @@ impl Runner {
     async fn distill_pending(&self) -> Result<(usize, usize), FoldError> {
         let Some(memory) = self.service.memory() else { return Ok((0, 0)) };
         let store = self.service.store();
-        let now = self.service.clock().now();
-        let until = now + chrono::Duration::from_std(HOLD).unwrap_or_default();
-        let claimed = store.claim_distillations(now, until, BATCH).await?;
-        let (mut lessons, branches) = (0, claimed.len());
-        for job in claimed {
+        let (mut lessons, mut branches) = (0, 0);
+        for _ in 0..BATCH {
+            let now = self.service.clock().now();
+            let until = now + chrono::Duration::from_std(HOLD).unwrap_or_default();
+            let Some(job) = store.claim_distillations(now, until, 1).await?.pop() else { break };
+            branches += 1;
             let (done, outcome) = match self.distill(memory, &job.tenant, job.branch).await {
                 Ok(stored) => {
                     lessons += stored;
@@ -214,9 +216,15 @@ fn parse_answer(text: &str) -> Result<Vec<Lesson>, DistillError> {
         return Err(DistillError::Unreadable("no JSON object".into()));
     };
     let json = text.get(start..=end).unwrap_or_default();
-    serde_json::from_str::<Answer>(json)
-        .map(|a| a.lessons)
-        .map_err(|e| DistillError::Unreadable(e.to_string()))
+    // The error's category and place only: its text can quote the answer.
+    serde_json::from_str::<Answer>(json).map(|a| a.lessons).map_err(|e| {
+        DistillError::Unreadable(format!(
+            "{:?} at line {} column {}",
+            e.classify(),
+            e.line(),
+            e.column()
+        ))
+    })
 }
 
 fn distill_system(kind: MemoryKind) -> String {

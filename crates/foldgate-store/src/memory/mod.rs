@@ -80,7 +80,8 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// Deletes one item; `false`: there was none.
     async fn delete_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<bool, StoreError>;
 
-    /// Deletes every item of the tenant (a data-deletion request); how many.
+    /// Deletes every item of the tenant (a data-deletion request), and the
+    /// lessons kept with its gateway-run branches; how many items.
     async fn delete_memories(&self, tenant: &TenantId) -> Result<u64, StoreError>;
 
     /// Takes up to `limit` gateway-run branches whose distillation is
@@ -428,6 +429,11 @@ where
     async fn delete_memories(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.timed("delete_memories", async {
             let done = sqlx::query("DELETE FROM memories WHERE tenant_id = $1")
+                .bind(tenant.as_str())
+                .execute(&self.pool)
+                .await?;
+            // The copies given to gateway-run branches go too.
+            sqlx::query("UPDATE branch_runs SET lessons = NULL WHERE tenant_id = $1")
                 .bind(tenant.as_str())
                 .execute(&self.pool)
                 .await?;
