@@ -328,9 +328,9 @@ fn document_level_problems_are_errors() {
 
 #[test]
 fn config_selects_builtin_file_or_both() {
-    let mut file = tempfile_in_target("operator-rules.toml");
-    file.1.write_all(OPERATOR_RULES.as_bytes()).unwrap();
-    let path = file.0.clone();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(OPERATOR_RULES.as_bytes()).unwrap();
+    let path = file.path().to_owned();
     let builtin_count = builtin().rule_count();
 
     let both =
@@ -364,11 +364,11 @@ fn config_selects_builtin_file_or_both() {
 
 #[test]
 fn config_file_reusing_a_builtin_id_is_refused() {
-    let mut file = tempfile_in_target("dup-rules.toml");
-    file.1.write_all(b"[[rules]]\nid = \"github-pat\"\nregex = 'ghp_x'\n").unwrap();
-    let err =
-        RuleSet::from_config(&ScrubConfig { use_builtin: true, rules_file: Some(file.0.clone()) })
-            .unwrap_err();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(b"[[rules]]\nid = \"github-pat\"\nregex = 'ghp_x'\n").unwrap();
+    let path = file.path().to_owned();
+    let err = RuleSet::from_config(&ScrubConfig { use_builtin: true, rules_file: Some(path) })
+        .unwrap_err();
     assert!(matches!(err, LoadError::DuplicateRuleId(id) if id == "github-pat"));
 }
 
@@ -382,15 +382,6 @@ fn config_deserialises_with_defaults_and_refuses_typos() {
     assert!(!cfg.use_builtin);
     assert_eq!(cfg.rules_file.as_deref(), Some(std::path::Path::new("/etc/x.toml")));
     assert!(toml::from_str::<ScrubConfig>("use_builtins = false").is_err());
-}
-
-/// A fresh file in a per-process temporary directory.
-fn tempfile_in_target(name: &str) -> (std::path::PathBuf, std::fs::File) {
-    let dir = std::env::temp_dir().join(format!("foldgate-scrub-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    let file = std::fs::File::create(&path).unwrap();
-    (path, file)
 }
 
 #[test]
