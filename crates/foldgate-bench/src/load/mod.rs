@@ -322,14 +322,22 @@ pub(crate) fn agent_token(
 }
 
 /// Gives each tenant `lessons` lessons that match the branches agents open
-/// (`agent.rs`), each made trusted by three uses that helped.
+/// (`agent.rs`), each made trusted by three uses that helped, as three
+/// other subjects of the tenant report them.
 async fn seed_memories(target: &Target, workload: &Workload, lessons: u32) -> anyhow::Result<()> {
     let (Some(auth), Some(url)) = (&target.auth, target.urls.first()) else {
         anyhow::bail!("--inject-memories needs a gateway whose tokens the bench can mint");
     };
     for t in 0..auth.tenants {
-        let token = mint(auth, &workload.tenant(t, auth.tenants), "seeder", url)?;
+        let tenant = workload.tenant(t, auth.tenants);
+        let token = mint(auth, &tenant, "seeder", url)?;
         let mut client = McpClient::new(url, Some(&token), &workload.client)?;
+        // A lesson's author cannot vouch for it: three others do.
+        let mut voters = Vec::new();
+        for v in 0..3 {
+            let token = mint(auth, &tenant, &format!("voter-{v}"), url)?;
+            voters.push(McpClient::new(url, Some(&token), &workload.client)?);
+        }
         for k in 0..lessons {
             let item = client
                 .call_tool(
@@ -348,8 +356,8 @@ async fn seed_memories(target: &Target, workload: &Workload, lessons: u32) -> an
                 .await
                 .map_err(|e| anyhow::anyhow!("memory_record: {e}"))?;
             let id = item["item"]["id"].clone();
-            for _ in 0..3 {
-                client
+            for voter in &mut voters {
+                voter
                     .call_tool(names::MEMORY_FEEDBACK, json!({"id": id, "helpful": true}), None)
                     .await
                     .map_err(|e| anyhow::anyhow!("memory_feedback: {e}"))?;
