@@ -36,6 +36,17 @@ CREATE TABLE memories (
 );
 
 CREATE INDEX memories_search ON memories USING GIN (search);
+-- Feedback on items: one vote per subject and item, its latest; an item's
+-- `helpful` and `unhelpful` are counts of these.
+CREATE TABLE memory_votes (
+    tenant_id TEXT    NOT NULL,
+    memory_id UUID    NOT NULL,
+    subject   TEXT    NOT NULL,
+    helpful   BOOLEAN NOT NULL,
+    at        TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (tenant_id, memory_id, subject)
+);
+
 -- Retention: the oldest of a tenant's items go first.
 CREATE INDEX memories_by_age ON memories (tenant_id, created_at);
 

@@ -33,6 +33,17 @@ CREATE TABLE memories (
     UNIQUE (tenant_id, id)
 );
 
+-- Feedback on items: one vote per subject and item, its latest; an item's
+-- `helpful` and `unhelpful` are counts of these.
+CREATE TABLE memory_votes (
+    tenant_id TEXT    NOT NULL,
+    memory_id BLOB    NOT NULL,
+    subject   TEXT    NOT NULL,
+    helpful   INTEGER NOT NULL,
+    at        TEXT    NOT NULL,
+    PRIMARY KEY (tenant_id, memory_id, subject)
+);
+
 -- Retention: the oldest of a tenant's items go first.
 CREATE INDEX memories_by_age ON memories (tenant_id, created_at);
 

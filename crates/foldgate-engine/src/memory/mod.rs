@@ -386,9 +386,10 @@ impl MemoryBank {
                 "a lesson's own author cannot give feedback on it",
             )));
         }
+        let now = self.clock.now();
         let item = self
             .store
-            .memory_feedback(&who.tenant, id, helpful)
+            .memory_feedback(&who.tenant, id, &who.subject, helpful, now)
             .await?
             .ok_or(FoldError::MemoryNotFound)?;
         self.metrics.feedback(&who.tenant, helpful);

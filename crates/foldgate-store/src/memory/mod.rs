@@ -9,7 +9,8 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, Provenance, SessionId, TenantId,
+    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, Provenance, SessionId, Subject,
+    TenantId,
 };
 use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
@@ -50,13 +51,17 @@ pub trait MemoryStore: Send + Sync + Debug {
         query: &MemoryQuery,
     ) -> Result<Vec<Ranked>, StoreError>;
 
-    /// Counts a use that helped or did not, and moves the confidence from
-    /// the prior ([`foldgate_domain::confidence_after`]). `None`: no such item.
+    /// Records `subject`'s vote on an item (one per subject: a later vote
+    /// replaces an earlier one), then counts the votes and moves the
+    /// confidence from the prior ([`foldgate_domain::confidence_after`]).
+    /// `None`: no such item.
     async fn memory_feedback(
         &self,
         tenant: &TenantId,
         id: MemoryId,
+        subject: &Subject,
         helpful: bool,
+        at: DateTime<Utc>,
     ) -> Result<Option<MemoryItem>, StoreError>;
 
     /// Adds injections to items' use counts (`(item, injections)`), and
@@ -326,26 +331,52 @@ where
         &self,
         tenant: &TenantId,
         id: MemoryId,
+        subject: &Subject,
         helpful: bool,
+        at: DateTime<Utc>,
     ) -> Result<Option<MemoryItem>, StoreError> {
-        self.timed("memory_feedback", async {
-            // The confidence of `confidence_after` (whose prior weight is
-            // the 4.0 here), from the counts after this use, in the same
-            // statement. It never exceeds 1: the numerator is at most the
-            // denominator.
-            let row: Option<MemoryRow> = sqlx::query_as(concat!(
-                "UPDATE memories SET helpful = helpful + $3, unhelpful = unhelpful + 1 - $3, \
-                 confidence = (prior * 4.0 + helpful + $3) / (4.0 + helpful + unhelpful + 1) \
-                 WHERE tenant_id = $1 AND id = $2 RETURNING ",
-                memory_columns!()
-            ))
-            .bind(tenant.as_str())
-            .bind(id.as_uuid())
-            .bind(i64::from(helpful))
-            .fetch_optional(&self.pool)
-            .await?;
-            row.map(MemoryItem::try_from).transpose()
-        })
+        self.in_tx(
+            "memory_feedback",
+            |_| true,
+            |mut tx| async move {
+                let result = async {
+                    // The vote, only for an item that exists.
+                    sqlx::query(
+                        "INSERT INTO memory_votes (tenant_id, memory_id, subject, helpful, at) \
+                     SELECT tenant_id, id, $3, $4, $5 FROM memories \
+                     WHERE tenant_id = $1 AND id = $2 \
+                     ON CONFLICT (tenant_id, memory_id, subject) \
+                     DO UPDATE SET helpful = excluded.helpful, at = excluded.at",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(id.as_uuid())
+                    .bind(subject.as_str())
+                    .bind(helpful)
+                    .bind(Ts(at))
+                    .execute(&mut *tx.0)
+                    .await?;
+                    // The counts, and the confidence of `confidence_after`
+                    // (whose prior weight is the 4.0 here); never above 1: the
+                    // numerator is at most the denominator.
+                    let row: Option<MemoryRow> = sqlx::query_as(concat!(
+                        "UPDATE memories SET helpful = v.h, unhelpful = v.u, \
+                     confidence = (prior * 4.0 + v.h) / (4.0 + v.h + v.u) \
+                     FROM (SELECT count(*) FILTER (WHERE helpful) AS h, \
+                     count(*) FILTER (WHERE NOT helpful) AS u FROM memory_votes \
+                     WHERE tenant_id = $1 AND memory_id = $2) AS v \
+                     WHERE tenant_id = $1 AND id = $2 RETURNING ",
+                        memory_columns!()
+                    ))
+                    .bind(tenant.as_str())
+                    .bind(id.as_uuid())
+                    .fetch_optional(&mut *tx.0)
+                    .await?;
+                    row.map(MemoryItem::try_from).transpose()
+                }
+                .await;
+                (tx, result)
+            },
+        )
         .await
     }
 
@@ -421,6 +452,11 @@ where
                 .bind(id.as_uuid())
                 .execute(&self.pool)
                 .await?;
+            sqlx::query("DELETE FROM memory_votes WHERE tenant_id = $1 AND memory_id = $2")
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .execute(&self.pool)
+                .await?;
             Ok(crate::dialect::RowsAffected::rows_affected(&done) > 0)
         })
         .await
@@ -429,6 +465,10 @@ where
     async fn delete_memories(&self, tenant: &TenantId) -> Result<u64, StoreError> {
         self.timed("delete_memories", async {
             let done = sqlx::query("DELETE FROM memories WHERE tenant_id = $1")
+                .bind(tenant.as_str())
+                .execute(&self.pool)
+                .await?;
+            sqlx::query("DELETE FROM memory_votes WHERE tenant_id = $1")
                 .bind(tenant.as_str())
                 .execute(&self.pool)
                 .await?;
@@ -506,6 +546,13 @@ where
                  ORDER BY created_at DESC, id DESC) AS n FROM memories) AS ranked WHERE n > $1)",
             )
             .bind(keep)
+            .execute(&self.pool)
+            .await?;
+            // The votes on what went.
+            sqlx::query(
+                "DELETE FROM memory_votes WHERE NOT EXISTS (SELECT 1 FROM memories AS m \
+                 WHERE m.tenant_id = memory_votes.tenant_id AND m.id = memory_votes.memory_id)",
+            )
             .execute(&self.pool)
             .await?;
             Ok(crate::dialect::RowsAffected::rows_affected(&aged)

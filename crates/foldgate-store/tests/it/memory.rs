@@ -86,7 +86,8 @@ async fn items_are_kept_per_tenant_with_their_provenance(backend: Backend) {
     let globex = tenant("globex");
     assert_eq!(store.memory(&globex, new.id).await.unwrap(), None);
     assert!(store.search_memories(&globex, &query("toolchain")).await.unwrap().is_empty());
-    assert_eq!(store.memory_feedback(&globex, new.id, true).await.unwrap(), None);
+    let bob = Subject::parse("bob").unwrap();
+    assert_eq!(store.memory_feedback(&globex, new.id, &bob, true, at(1)).await.unwrap(), None);
     assert!(!store.delete_memory(&globex, new.id).await.unwrap());
     assert!(store.list_memories(&globex, None, 10).await.unwrap().is_empty());
     assert_eq!(store.delete_memories(&globex).await.unwrap(), 0);
@@ -178,15 +179,26 @@ async fn feedback_moves_confidence_by_the_domain_rule(backend: Backend) {
     let mut new = item("acme", MemoryKind::Strategy, "Retry on 503", "Back off and retry.");
     new.prior = Confidence::new(0.55).unwrap();
     store.insert_memory(&new).await.unwrap();
-    let (mut helpful, mut unhelpful) = (0, 0);
-    for (i, verdict) in [true, true, false, true, false, false, false, true].into_iter().enumerate()
-    {
-        let item = store.memory_feedback(&acme, new.id, verdict).await.unwrap().unwrap();
-        if verdict {
-            helpful += 1
-        } else {
-            unhelpful += 1
-        }
+    // Votes by subject, in order: a later vote of the same subject
+    // replaces its earlier one.
+    let votes = [
+        ("bob", true),
+        ("carol", true),
+        ("dave", false),
+        ("erin", true),
+        ("bob", true),
+        ("bob", false),
+        ("frank", false),
+        ("carol", false),
+    ];
+    let mut latest = std::collections::BTreeMap::new();
+    for (i, (who, verdict)) in votes.into_iter().enumerate() {
+        let subject = Subject::parse(who).unwrap();
+        let item = store.memory_feedback(&acme, new.id, &subject, verdict, at(i as i64)).await;
+        let item = item.unwrap().unwrap();
+        latest.insert(who, verdict);
+        let helpful = latest.values().filter(|v| **v).count() as u64;
+        let unhelpful = latest.len() as u64 - helpful;
         assert_eq!((item.helpful, item.unhelpful), (helpful, unhelpful), "step {i}");
         let expected = confidence_after(new.prior, helpful, unhelpful).get();
         assert!(
@@ -195,7 +207,16 @@ async fn feedback_moves_confidence_by_the_domain_rule(backend: Backend) {
             item.confidence.get()
         );
     }
-    assert_eq!(store.memory_feedback(&acme, MemoryId::generate(), true).await.unwrap(), None);
+    let bob = Subject::parse("bob").unwrap();
+    assert_eq!(
+        store.memory_feedback(&acme, MemoryId::generate(), &bob, true, at(9)).await.unwrap(),
+        None
+    );
+    // Another tenant's vote on the item is not recorded.
+    let other = store.memory_feedback(&tenant("globex"), new.id, &bob, true, at(9)).await.unwrap();
+    assert_eq!(other, None);
+    let item = store.memory(&acme, new.id).await.unwrap().unwrap();
+    assert_eq!((item.helpful, item.unhelpful), (1, 4));
 }
 
 async fn uses_are_counted_and_pages_run_newest_first(backend: Backend) {

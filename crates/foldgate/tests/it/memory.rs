@@ -90,10 +90,19 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
         .unwrap_err();
     assert!(err.to_string().contains("own author"), "{err}");
 
-    // Three uses that helped make it trusted (the confidence is the prior
-    // weighted as four uses: (0.5 * 4 + 3) / 7).
+    // One subject's repeated votes count once.
     for _ in 0..3 {
         ok(&call(&bob, "memory_feedback", json!({"id": id, "helpful": true})).await);
+    }
+    let item = ok(&call(&bob, "memory_search", json!({"query": task})).await)["items"][0].clone();
+    assert_eq!((item["helpful"].as_u64(), item["trusted"].as_bool()), (Some(1), Some(false)));
+
+    // Three subjects it helped make it trusted (the confidence is the prior
+    // weighted as four uses: (0.5 * 4 + 3) / 7).
+    let carol = client(&gw.url, &gw.write_token("acme", "carol"), Era::Legacy).await;
+    let dave = client(&gw.url, &gw.write_token("acme", "dave"), Era::Legacy).await;
+    for voter in [&carol, &dave] {
+        ok(&call(voter, "memory_feedback", json!({"id": id, "helpful": true})).await);
     }
     let item = ok(&call(&bob, "memory_search", json!({"query": task})).await)["items"][0].clone();
     assert_eq!((item["helpful"].as_u64(), item["trusted"].as_bool()), (Some(3), Some(true)));
@@ -152,8 +161,8 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     assert_eq!(uses, 1, "one injection");
 
     // Lessons that keep failing stop being injected.
-    for _ in 0..3 {
-        ok(&call(&bob, "memory_feedback", json!({"id": id, "helpful": false})).await);
+    for voter in [&bob, &carol, &dave] {
+        ok(&call(voter, "memory_feedback", json!({"id": id, "helpful": false})).await);
     }
     let branch = create(&bob, "s-after-failures", task, 8192).await;
     assert_eq!(branch["injected_context"], json!([]));
@@ -169,6 +178,7 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     #[expect(clippy::cast_precision_loss, reason = "a small count")]
     let tokens = tokens as f64;
     assert_eq!(value("foldgate_memory_tokens_injected_total", &[acme]), Some(tokens));
+    assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "true")]), Some(5.0));
     assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "false")]), Some(3.0));
 }
 
