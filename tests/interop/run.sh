@@ -2,7 +2,8 @@
 # Interoperability checks against a real foldgate binary:
 #   1. the README path: `foldgate serve` with no configuration prints a URL and a development
 #      token; the official Python MCP SDK (PyPI `mcp` 2.x) uses that token, in legacy
-#      (initialize) and auto (server/discover) mode;
+#      (initialize) and auto (server/discover) mode, for a fold and for the reasoning memory's
+#      tools (its refusals included);
 #   2. a token minted with `foldgate token` drives the official TypeScript SDK
 #      (npm @modelcontextprotocol/sdk);
 #   3. the official MCP conformance suite (npm @modelcontextprotocol/conformance) runs every

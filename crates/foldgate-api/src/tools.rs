@@ -335,15 +335,16 @@ fn tool(t: FoldingTool) -> Tool {
             "Keep a lesson for your team's later branches: a strategy that worked or a pitfall \
              and why, concrete enough to act on. Secrets are redacted; text that tries to \
              instruct a model is flagged and never shown to anyone. It starts untrusted and is \
-             injected into branches once memory_feedback says it helped.",
+             injected into branches once other agents' memory_feedback says it helped.",
             false,
             false,
         ),
         FoldingTool::MemoryFeedback => (
             "Say whether a lesson helped",
             "Tell the gateway whether following a lesson (from injected_context or \
-             memory_search) helped. Its confidence moves: lessons that help are injected more, \
-             lessons that keep failing stop being injected.",
+             memory_search) helped: one vote per agent and lesson, never on your own. Its \
+             confidence moves: lessons that help are injected, lessons that keep failing stop \
+             being injected.",
             false,
             false,
         ),
