@@ -40,9 +40,7 @@ pub use connect::{
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
-pub use memory::{
-    Distillation, MAX_TERMS, MemoryQuery, MemoryStore, NewMemory, Ranked, query_terms,
-};
+pub use memory::{Distillation, MemoryQuery, MemoryStore, NewMemory, Ranked};
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,

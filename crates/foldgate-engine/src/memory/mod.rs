@@ -223,7 +223,6 @@ fn cut(text: &str, max: usize) -> String {
 #[derive(Debug, Clone)]
 pub struct Found {
     pub item: MemoryItem,
-    pub score: f64,
     /// At or above the injection threshold (and not flagged).
     pub trusted: bool,
 }
@@ -361,7 +360,7 @@ impl MemoryBank {
         let ranked = self.ranked(who, text, kind, 0.0, limit).await?;
         Ok(ranked
             .into_iter()
-            .map(|Ranked { item, score }| Found { trusted: self.trusted(&item), item, score })
+            .map(|Ranked { item, .. }| Found { trusted: self.trusted(&item), item })
             .collect())
     }
 

@@ -19,7 +19,7 @@ use uuid::Uuid;
 mod rows;
 mod terms;
 
-pub use self::terms::{MAX_TERMS, query_terms};
+use self::terms::query_terms;
 use self::{
     rows::{MemoryRow, RankedRow, corrupt},
     terms::{CANDIDATES_PER_ITEM, MIN_CANDIDATES, matched_terms, stems},
