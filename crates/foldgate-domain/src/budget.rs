@@ -94,6 +94,15 @@ impl BudgetRequest {
     pub fn tokens(&self) -> Tokens {
         self.0
     }
+
+    /// Whether lessons of `lessons` tokens, chosen against this budget
+    /// before the branch existed, start it together with its prompt: the
+    /// branch got the whole budget asked for (its parent could lend it)
+    /// and they leave it a token. Otherwise it starts with its prompt
+    /// alone, and its lessons are chosen again against what it got.
+    pub fn fits_lessons(&self, granted: Tokens, prompt: Tokens, lessons: Tokens) -> bool {
+        lessons > 0 && granted == self.0 && prompt.saturating_add(lessons) < granted
+    }
 }
 
 /// A token pool: a branch's, or a session's root pool.
@@ -213,6 +222,16 @@ mod tests {
         assert_eq!((over.ledger.used, over.exhausted), (1_000, true), "never past the budget");
         let lent = Ledger { budget: 1_000, used: 100, reserved: 300 };
         assert_eq!(lent.measure(900, false).ledger.used, 700, "what is lent stays lent");
+    }
+
+    #[test]
+    fn lessons_start_a_branch_only_when_it_got_what_it_asked_for_and_a_token_is_left() {
+        let asked = req(1_000);
+        assert!(asked.fits_lessons(1_000, 100, 899));
+        assert!(!asked.fits_lessons(1_000, 100, 900), "they would leave nothing");
+        assert!(!asked.fits_lessons(999, 100, 10), "its parent lent it less");
+        assert!(!asked.fits_lessons(1_000, 100, 0), "none chosen");
+        assert!(!asked.fits_lessons(1_000, Tokens::MAX, 1), "no overflow");
     }
 
     #[test]

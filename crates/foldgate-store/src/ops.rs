@@ -148,7 +148,12 @@ where
 
         let parent_id = parent.as_ref().map(|p| p.id);
         self.lend(tenant, new.session_id.as_str(), parent_id, db_tokens(granted)).await?;
-        let charge = Ledger::new(granted).consume(new.prompt_tokens, false);
+        let lessons = if new.budget.fits_lessons(granted, new.prompt_tokens, new.lessons_tokens) {
+            new.lessons_tokens
+        } else {
+            0
+        };
+        let charge = Ledger::new(granted).consume(new.prompt_tokens + lessons, false);
         let row = BranchRow {
             id: new.id.as_uuid(),
             tenant_id: tenant.as_str().to_owned(),

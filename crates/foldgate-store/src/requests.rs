@@ -44,6 +44,10 @@ pub struct NewBranch {
     pub budget: BudgetRequest,
     /// Tokens of the prompt, charged to the branch at creation.
     pub prompt_tokens: Tokens,
+    /// Tokens of the lessons chosen for an agent-run branch against the
+    /// budget it asked for: charged with the prompt when they fit what it
+    /// was granted ([`BudgetRequest::fits_lessons`]); 0 for none.
+    pub lessons_tokens: Tokens,
     pub created_at: DateTime<Utc>,
     pub deadline_at: DateTime<Utc>,
     pub rules: CreateRules,

@@ -6,10 +6,12 @@ use super::FoldingService;
 use crate::{Injection, MemoryBank};
 
 impl FoldingService {
-    /// The lessons for a new agent-run branch, chosen against the budget
-    /// it got, never more than it has left (they cannot end it), and
-    /// charged to it. A memory or a charge that fails leaves the branch
-    /// without lessons, not the create failed.
+    /// The lessons for a new agent-run branch that got less than the
+    /// budget it asked for (its parent could not lend it all), so those
+    /// chosen before it existed may not fit: chosen again against the
+    /// budget it got, never more than it has left (they cannot end it),
+    /// and charged to it. A memory or a charge that fails leaves the
+    /// branch without lessons, not the create failed.
     pub(super) async fn inject(
         &self,
         who: &Principal,

@@ -156,18 +156,28 @@ impl FoldingService {
         let inject = self.memory.as_ref().filter(|m| {
             m.config().enabled && req.inject_memories.unwrap_or(m.config().inject_by_default)
         });
-        // A gateway-run branch's lessons go into its model's system text,
-        // stored with the run (a replica that resumes it gives the same):
-        // chosen before the branch exists, against the budget asked for.
-        let mut injection = Injection::default();
-        if let (Some(memory), Some(run)) = (inject, run.as_mut()) {
-            let budget = req.budget.tokens();
-            injection = memory::lessons(who, memory, &task, budget, Tokens::MAX).await;
-            run.lessons = (!injection.is_empty()).then(|| injection.text.clone());
-        }
         // The branch's starting context is its description and prompt.
         let prompt_tokens =
             self.tokens.count(req.description.as_str()) + self.tokens.count(req.prompt.as_str());
+        // Lessons are chosen before the branch exists, against the budget
+        // asked for, so that a create costs one search and no more. A
+        // gateway-run branch's go into its model's system text, stored with
+        // the run (a replica that resumes it gives the same), and are
+        // charged as its model reads them; an agent-run branch's are
+        // charged with its prompt, in the create's own transaction.
+        let mut injection = Injection::default();
+        let asked = req.budget;
+        if let Some(memory) = inject {
+            let room = if gateway_run {
+                Tokens::MAX
+            } else {
+                asked.tokens().saturating_sub(prompt_tokens).saturating_sub(1)
+            };
+            injection = memory::lessons(who, memory, &task, asked.tokens(), room).await;
+        }
+        if let Some(run) = run.as_mut() {
+            run.lessons = (!injection.is_empty()).then(|| injection.text.clone());
+        }
         let new = NewBranch {
             id: BranchId::generate(),
             session_id: req.session_id,
@@ -177,6 +187,7 @@ impl FoldingService {
             prompt: req.prompt.into_string(),
             budget: req.budget,
             prompt_tokens,
+            lessons_tokens: if gateway_run { 0 } else { injection.tokens },
             created_at: now,
             deadline_at,
             rules: CreateRules {
@@ -202,8 +213,17 @@ impl FoldingService {
         let mut branch = branch;
         match inject {
             Some(memory) if gateway_run => memory.used(who, &injection, BranchKind::Gateway),
-            Some(memory) => injection = self.inject(who, memory, &mut branch, &task).await,
-            None => {}
+            Some(memory)
+                if asked.fits_lessons(branch.ledger.budget, prompt_tokens, injection.tokens) =>
+            {
+                memory.used(who, &injection, BranchKind::Agent);
+            }
+            // Its parent lent it less than it asked for (or the lessons
+            // did not fit): chosen again against what it got.
+            Some(memory) if !injection.is_empty() => {
+                injection = self.inject(who, memory, &mut branch, &task).await;
+            }
+            Some(_) | None => {}
         }
         tracing::info!(
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,

@@ -142,6 +142,7 @@ impl Fixture {
             prompt: "charged".into(),
             budget: BudgetRequest::parse(None, &policy).unwrap(),
             prompt_tokens: 0,
+            lessons_tokens: 0,
             created_at: t0,
             deadline_at: t0 + chrono::Duration::hours(1),
             rules: CreateRules { budget: policy, max_depth: 4, limits: Limits::default() },

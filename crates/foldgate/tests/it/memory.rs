@@ -160,6 +160,21 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     }
     assert_eq!(uses, 1, "one injection");
 
+    // A branch whose parent cannot lend all it asks for has its lessons
+    // chosen again against what it got, and charged all the same.
+    let parent = create(&bob, "s-lend", task, 8192).await;
+    let child = create(&bob, "s-lend", task, 8192).await;
+    assert_eq!(child["parent_branch_id"], parent["branch_id"]);
+    let granted = child["budget_allocated"].as_u64().unwrap();
+    assert!(granted < 8192, "{child}");
+    assert_eq!(child["injected_context"].as_array().map(Vec::len), Some(1), "{child}");
+    let lent_tokens = child["injected_tokens"].as_u64().unwrap();
+    assert_eq!(
+        child["budget_used"].as_u64().unwrap(),
+        plain["budget_used"].as_u64().unwrap() + lent_tokens,
+        "the lessons are charged to the branch"
+    );
+
     // Lessons that keep failing stop being injected.
     for voter in [&bob, &carol, &dave] {
         ok(&call(voter, "memory_feedback", json!({"id": id, "helpful": false})).await);
@@ -173,10 +188,12 @@ async fn trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_o
     let acme = ("tenant", "acme");
     let recorded = [acme, ("kind", "strategy"), ("source", "recorded"), ("flagged", "false")];
     assert_eq!(value("foldgate_memory_items_total", &recorded), Some(1.0));
-    assert_eq!(value("foldgate_memory_injections_total", &[acme, ("kind", "agent")]), Some(1.0));
-    assert_eq!(value("foldgate_memory_injected_total", &[acme]), Some(1.0));
+    // The first related branch, then the parent and child that shared a pool.
+    assert_eq!(value("foldgate_memory_injections_total", &[acme, ("kind", "agent")]), Some(3.0));
+    assert_eq!(value("foldgate_memory_injected_total", &[acme]), Some(3.0));
+    let parent_tokens = parent["injected_tokens"].as_u64().unwrap();
     #[expect(clippy::cast_precision_loss, reason = "a small count")]
-    let tokens = tokens as f64;
+    let tokens = (tokens + parent_tokens + lent_tokens) as f64;
     assert_eq!(value("foldgate_memory_tokens_injected_total", &[acme]), Some(tokens));
     assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "true")]), Some(5.0));
     assert_eq!(value("foldgate_memory_feedback_total", &[acme, ("helpful", "false")]), Some(3.0));
