@@ -7,7 +7,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{BranchKind, BranchStatus};
 use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService};
-use foldgate_store::{Finish, NewRun, NewStep, RunEnd, RunState, StepKind, StepWritten};
+use foldgate_store::{
+    Finish, ModelUsage, NewRun, NewStep, RunEnd, RunState, StepKind, StepWritten,
+};
 use foldgate_testkit::{Backend, on_both_backends, principal};
 
 use crate::env;
@@ -98,10 +100,9 @@ async fn steps_are_written_once_in_order_by_the_lease_holder(backend: Backend) {
     );
     let billed = store.model_usage(tenant).await.unwrap();
     assert_eq!(billed.len(), 1);
-    assert_eq!(
-        (billed[0].0.as_str(), billed[0].1.calls, billed[0].1.input_tokens),
-        ("default", 2, 400)
-    );
+    let total = billed[0].total();
+    assert_eq!((billed[0].model.as_str(), total.calls, total.input_tokens), ("default", 2, 400));
+    assert_eq!(billed[0].distillation, ModelUsage::default(), "nothing distilled yet");
     assert!(store.model_usage(&principal("globex", "x").tenant).await.unwrap().is_empty());
 
     // Only the holder finishes it, once.
@@ -168,6 +169,7 @@ async fn a_model_step_measures_the_context_into_the_ledger(backend: Backend) {
         result: Some("the finding".into()),
         result_tokens: 0,
         returned_tokens: Some(3),
+        extract: false,
         at: now,
     };
     let ended = env.service.end_run(tenant, branch.id, finish).await.unwrap().unwrap();
