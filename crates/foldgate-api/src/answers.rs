@@ -81,7 +81,9 @@ pub struct BranchReturned {
     pub return_tier: &'static str,
     /// The message is longer than the tier asks for.
     pub tier_exceeded: bool,
-    /// The message is being kept in the team's memory as a lesson (`extract_memory`).
+    /// The message was queued, with the return, to be kept in the team's memory as a lesson
+    /// (`extract_memory`); it is written in the background. False when not asked for, when the
+    /// message makes no lesson (it is empty), or when the gateway's memory is off.
     pub memory_extracted: bool,
 }
 
@@ -100,7 +102,7 @@ impl From<&Returned> for BranchReturned {
             children_force_returned: returned.children_ended.clone(),
             return_tier: b.return_tier.as_str(),
             tier_exceeded: returned.tokens_returned > b.return_tier.max_tokens(),
-            memory_extracted: false,
+            memory_extracted: returned.memory_queued,
         }
     }
 }

@@ -3,8 +3,8 @@
 //! given (`injected_context`).
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{BranchStatus, MemoryItem, MemoryKind, Principal};
-use foldgate_engine::{FoldError, Found, Injection, MemoryBank, RecordMemory, Returned};
+use foldgate_domain::{MemoryItem, Principal};
+use foldgate_engine::{FoldError, Found, Injection, MemoryBank};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -158,44 +158,4 @@ pub(crate) async fn call(
             })
         }
     })
-}
-
-/// Keeps a returned branch's message as a lesson (`extract_memory`), off
-/// the return's path: a strategy when it succeeded, a pitfall when not.
-/// The message is already scrubbed; it is screened like any item. Whether
-/// it makes a lesson at all (an empty message does not).
-pub(crate) fn extract(
-    bank: &std::sync::Arc<MemoryBank>,
-    who: &Principal,
-    returned: &Returned,
-) -> bool {
-    let b = &returned.branch;
-    let kind = if b.status == BranchStatus::Completed {
-        MemoryKind::Strategy
-    } else {
-        MemoryKind::Pitfall
-    };
-    let candidate = RecordMemory::from_return(
-        kind,
-        &b.description,
-        &returned.message,
-        b.session_id.clone(),
-        b.id,
-    );
-    let candidate = match candidate {
-        Ok(candidate) => candidate,
-        Err(e) => {
-            tracing::info!(tenant = %who.tenant, error = %e,
-                "a returned message was not kept as a lesson");
-            return false;
-        }
-    };
-    let (bank, who) = (std::sync::Arc::clone(bank), who.clone());
-    tokio::spawn(async move {
-        if let Err(e) = bank.record(&who, candidate).await {
-            tracing::warn!(tenant = %who.tenant, error = %e,
-                "a returned message could not be kept as a lesson");
-        }
-    });
-    true
 }

@@ -28,7 +28,7 @@ use crate::{
         self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, NoBranch,
         RunAnswer, RunView, SessionEndAnswer, StillRunning, to_value,
     },
-    args::{self, Extract, FoldingTool, Parsed},
+    args::{self, FoldingTool, Parsed},
     auth::Authenticated,
     call::Checked,
     error::{self, Internal},
@@ -86,13 +86,9 @@ impl FoldingTools {
         let s = &self.service;
         Ok(match parsed {
             Parsed::Create(req) => to_value(&BranchCreated::from(&s.create(who, req).await?)),
-            Parsed::Return(req, Extract(extract)) => {
-                let returned = s.return_branch(who, req).await?;
-                let mut answer = BranchReturned::from(&returned);
-                if let Some(bank) = s.memory().filter(|_| extract) {
-                    answer.memory_extracted = memory::extract(bank, who, &returned);
-                }
-                to_value(&answer)
+            // `extract_memory` is in the request: the return queues it.
+            Parsed::Return(req) => {
+                to_value(&BranchReturned::from(&s.return_branch(who, req).await?))
             }
             Parsed::Memory(call) => match s.memory() {
                 Some(bank) => memory::call(bank, who, call).await?,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use foldgate_domain::{BranchStatus, ErrorCode, InvalidInput, LimitKind, Tokens};
-use foldgate_store::StoreError;
+use foldgate_store::{CreateRefusal, StoreError};
 
 /// Why a folding operation did not happen. Every variant but `Store` is a
 /// refusal the client can act on; `Store` is an internal failure whose
@@ -54,6 +54,25 @@ impl From<StoreError> for FoldError {
         match e {
             StoreError::Contended => Self::Busy,
             other => Self::Store(other),
+        }
+    }
+}
+
+impl From<CreateRefusal> for FoldError {
+    fn from(refusal: CreateRefusal) -> Self {
+        match refusal {
+            CreateRefusal::SessionNotFound => Self::SessionNotFound,
+            CreateRefusal::ParentNotFound => Self::BranchNotFound,
+            CreateRefusal::ParentIsGatewayRun => Self::GatewayRunBranch,
+            CreateRefusal::ParentNotActive { status } => Self::BranchNotActive { status },
+            CreateRefusal::MaxDepthExceeded { max_depth } => Self::MaxDepthExceeded { max_depth },
+            CreateRefusal::BudgetExhausted { available } => Self::BudgetExhausted { available },
+            CreateRefusal::PromptOverBudget { prompt_tokens, budget } => {
+                Self::PromptOverBudget { prompt_tokens, budget }
+            }
+            CreateRefusal::Limited { limit, retry_after } => {
+                Self::RateLimited { limit, retry_after }
+            }
         }
     }
 }

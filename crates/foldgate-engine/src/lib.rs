@@ -22,8 +22,8 @@ pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use memory::{
-    Found, Injection, MemoryBank, MemoryConfig, MemoryMetrics, MemoryRetention, MemoryUses,
-    RecordMemory, Screen, ScreenSetupError,
+    ExtractPass, Found, Injection, MemoryBank, MemoryConfig, MemoryExtract, MemoryMetrics,
+    MemoryRetention, MemoryUses, RecordMemory, Screen, ScreenSetupError,
 };
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{

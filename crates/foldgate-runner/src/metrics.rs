@@ -35,6 +35,24 @@ const TOKEN_BUCKETS: [f64; 14] = [
     67_108_864.0,
 ];
 
+/// What a model call was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A step of a gateway-run branch.
+    Run,
+    /// Distilling an ended run's lessons.
+    Distill,
+}
+
+impl Purpose {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Distill => "distill",
+        }
+    }
+}
+
 /// The runner's instruments. Cheap to clone.
 ///
 /// - `foldgate.run.runs{tenant, model, status}`: runs that ended, by the
@@ -45,9 +63,10 @@ const TOKEN_BUCKETS: [f64; 14] = [
 ///   gen_ai.request.model, model, error.type}` (seconds): each attempt of
 ///   a model call.
 /// - `gen_ai.client.token.usage{tenant, gen_ai.provider.name,
-///   gen_ai.request.model, model, gen_ai.token.type}` (histogram): tokens
-///   the provider billed for each call (`input`, `output`); its sum is what
-///   a tenant was billed.
+///   gen_ai.request.model, model, gen_ai.token.type, purpose}` (histogram):
+///   tokens the provider billed for each call (`input`, `output`), made for
+///   a run's step (`purpose="run"`) or to distil an ended run's lessons
+///   (`purpose="distill"`); its sum is what a tenant was billed.
 ///
 /// `gen_ai.request.model` is the provider's model id and `model` the
 /// `[[models]]` entry's name (what `branch_run` asks for).
@@ -91,7 +110,8 @@ impl RunMetrics {
             tokens: meter
                 .u64_histogram("gen_ai.client.token.usage")
                 .with_description(
-                    "Tokens model providers billed for each call of a gateway-run branch",
+                    "Tokens model providers billed for each call of a gateway-run branch, and \
+                     of the distillation of its lessons",
                 )
                 .with_unit("{token}")
                 .with_boundaries(TOKEN_BUCKETS.to_vec())
@@ -128,11 +148,19 @@ impl RunMetrics {
         self.steps.add(1, &[KeyValue::new("model", model.to_owned()), KeyValue::new("kind", kind)]);
     }
 
-    pub(crate) fn billed(&self, tenant: &str, model: &ModelConfig, input: u64, output: u64) {
+    pub(crate) fn billed(
+        &self,
+        tenant: &str,
+        model: &ModelConfig,
+        input: u64,
+        output: u64,
+        purpose: Purpose,
+    ) {
         for (kind, tokens) in [("input", input), ("output", output)] {
             let mut attributes = model_attributes(model);
             attributes.push(KeyValue::new("tenant", tenant.to_owned()));
             attributes.push(KeyValue::new("gen_ai.token.type", kind));
+            attributes.push(KeyValue::new("purpose", purpose.as_str()));
             self.tokens.record(tokens, &attributes);
         }
     }
@@ -255,8 +283,9 @@ mod tests {
         metrics.working(1);
         metrics.attempt(&model, Duration::from_millis(20), Some(FaultKind::RateLimited));
         metrics.attempt(&model, Duration::from_millis(30), None);
-        metrics.billed("acme", &model, 1_000, 50);
-        metrics.billed("acme", &model, 200, 30);
+        metrics.billed("acme", &model, 1_000, 50, Purpose::Run);
+        metrics.billed("acme", &model, 200, 30, Purpose::Run);
+        metrics.billed("acme", &model, 300, 40, Purpose::Distill);
         metrics.step("default", "model");
         metrics.step("default", "tool");
         metrics.ended("acme", "default", "completed");
@@ -278,18 +307,24 @@ mod tests {
             points(&exporter, "foldgate.model.errors"),
             [(attrs(&[("kind", "rate_limited"), ("model", "default")]), 1.0)]
         );
-        let tokens = |kind| {
+        let tokens = |kind, purpose| {
             attrs(&[
                 ("gen_ai.provider.name", "anthropic"),
                 ("gen_ai.request.model", "m"),
                 ("model", "default"),
                 ("gen_ai.token.type", kind),
+                ("purpose", purpose),
                 ("tenant", "acme"),
             ])
         };
         assert_eq!(
             points(&exporter, "gen_ai.client.token.usage"),
-            [(tokens("input"), 1_200.0), (tokens("output"), 80.0)]
+            [
+                (tokens("input", "distill"), 300.0),
+                (tokens("input", "run"), 1_200.0),
+                (tokens("output", "distill"), 40.0),
+                (tokens("output", "run"), 80.0)
+            ]
         );
         assert_eq!(
             points(&exporter, "foldgate.run.steps"),

@@ -12,7 +12,7 @@ use foldgate_domain::{
 use crate::ACTIVITY_RESOLUTION;
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    MemoryStore, ModelUsage, NewBranch, NewStep, OutsideUsage, Run, RunEnd, RunStep, StepWritten,
+    MemoryStore, ModelBill, NewBranch, NewStep, OutsideUsage, Run, RunEnd, RunStep, StepWritten,
     StoreError,
 };
 
@@ -246,9 +246,9 @@ pub trait Store: MemoryStore + Send + Sync + Debug {
     /// outside while the run worked), across tenants.
     async fn ended_runs(&self, owner: &str) -> Result<Vec<BranchId>, StoreError>;
 
-    /// What a tenant was billed per model over every run, by model name.
-    async fn model_usage(&self, tenant: &TenantId)
-    -> Result<Vec<(String, ModelUsage)>, StoreError>;
+    /// What a tenant was billed per model, by model name: over every run,
+    /// and over the distillations of their lessons.
+    async fn model_usage(&self, tenant: &TenantId) -> Result<Vec<ModelBill>, StoreError>;
 
     /// Tokens the depth-1 branches of a session handed back to the caller's
     /// own context when they returned.

@@ -40,7 +40,10 @@ pub use connect::{
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
-pub use memory::{Distillation, MemoryQuery, MemoryStore, NewMemory, Ranked};
+pub use memory::{
+    DistillOutcome, Distillation, DistillationEnd, Extraction, MemoryQuery, MemoryStore, NewMemory,
+    Ranked,
+};
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
@@ -48,7 +51,7 @@ pub use requests::{
 };
 pub(crate) use requests::{due_branch, idle_session, retry_after};
 pub use runs::{
-    ModelUsage, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
+    ModelBill, ModelUsage, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
 };
 pub use sqlite::{Sqlite, SqliteStore};
 pub use store::SqlStore;

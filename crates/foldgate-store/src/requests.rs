@@ -102,6 +102,10 @@ pub struct Finish {
     /// the branch. A gateway-run branch's finding is already in its context
     /// as its model counted it, so it is recorded here and not charged.
     pub returned_tokens: Option<Tokens>,
+    /// Queue the message to be kept as a lesson (`extract_memory`): written
+    /// by the statement that ends the branch, so with the return or not at
+    /// all, and only by the return that ended it.
+    pub extract: bool,
     pub at: DateTime<Utc>,
 }
 
@@ -115,6 +119,7 @@ impl Finish {
             result: None,
             result_tokens: 0,
             returned_tokens: None,
+            extract: false,
             at,
         }
     }

@@ -6,7 +6,8 @@ use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
 use crate::{
-    ModelUsage, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten, StoreError,
+    ModelBill, ModelUsage, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
+    StoreError,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     record::{db_tokens, ledger},
     runs::{RunRow, StepRow, run_columns},
@@ -289,23 +290,32 @@ where
     pub(crate) async fn sum_model_usage(
         &self,
         tenant: &TenantId,
-    ) -> Result<Vec<(String, ModelUsage)>, StoreError> {
+    ) -> Result<Vec<ModelBill>, StoreError> {
         self.timed("model_usage", async {
-            let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            let rows: Vec<(String, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
                 "SELECT model, CAST(SUM(model_calls) AS BIGINT), CAST(SUM(input_tokens) AS BIGINT), \
-                 CAST(SUM(output_tokens) AS BIGINT) FROM branch_runs WHERE tenant_id = $1 \
+                 CAST(SUM(output_tokens) AS BIGINT), CAST(SUM(distill_calls) AS BIGINT), \
+                 CAST(SUM(distill_input_tokens) AS BIGINT), \
+                 CAST(SUM(distill_output_tokens) AS BIGINT) FROM branch_runs WHERE tenant_id = $1 \
                  GROUP BY model ORDER BY model",
             )
             .bind(tenant.as_str())
             .fetch_all(&self.pool)
             .await?;
+            let usage = |calls: i64, input: i64, output: i64| {
+                Ok::<_, StoreError>(ModelUsage {
+                    calls: u64::try_from(calls).unwrap_or(0),
+                    input_tokens: crate::record::tokens(input)?,
+                    output_tokens: crate::record::tokens(output)?,
+                })
+            };
             rows.into_iter()
-                .map(|(model, calls, input, output)| {
-                    Ok((model, ModelUsage {
-                        calls: u64::try_from(calls).unwrap_or(0),
-                        input_tokens: crate::record::tokens(input)?,
-                        output_tokens: crate::record::tokens(output)?,
-                    }))
+                .map(|(model, calls, input, output, d_calls, d_input, d_output)| {
+                    Ok(ModelBill {
+                        model,
+                        runs: usage(calls, input, output)?,
+                        distillation: usage(d_calls, d_input, d_output)?,
+                    })
                 })
                 .collect()
         })

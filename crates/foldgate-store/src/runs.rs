@@ -58,6 +58,35 @@ impl ModelUsage {
         self.input_tokens = self.input_tokens.saturating_add(input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(output_tokens);
     }
+
+    /// Both summed.
+    #[must_use]
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            calls: self.calls.saturating_add(other.calls),
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+        }
+    }
+}
+
+/// What a tenant was billed for one model (a `[[models]]` entry), over
+/// every gateway-run branch: by the runs themselves, and by distilling
+/// their lessons afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelBill {
+    pub model: String,
+    /// The runs' own model calls.
+    pub runs: ModelUsage,
+    /// The calls that distilled lessons from the runs once they ended.
+    pub distillation: ModelUsage,
+}
+
+impl ModelBill {
+    /// Everything the tenant was billed for the model.
+    pub fn total(&self) -> ModelUsage {
+        self.runs.plus(self.distillation)
+    }
 }
 
 /// A run to insert with its branch.

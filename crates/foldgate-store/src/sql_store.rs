@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    ModelUsage, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunEnd, RunStep, StepWritten,
+    ModelBill, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunEnd, RunStep, StepWritten,
     Store, StoreError, ToolCalls, check_migrated,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     due_branch, idle_session,
@@ -517,10 +517,7 @@ where
         self.runs_ended(owner).await
     }
 
-    async fn model_usage(
-        &self,
-        tenant: &TenantId,
-    ) -> Result<Vec<(String, ModelUsage)>, StoreError> {
+    async fn model_usage(&self, tenant: &TenantId) -> Result<Vec<ModelBill>, StoreError> {
         self.sum_model_usage(tenant).await
     }
 

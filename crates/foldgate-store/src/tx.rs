@@ -330,7 +330,9 @@ where
     }
 
     /// The conditional transition: only an `active` branch with no active
-    /// child changes. Returns the branch as it now is.
+    /// child changes. Returns the branch as it now is. A return that asks
+    /// for its message to be kept as a lesson queues it here (`extract`):
+    /// in the one statement that ends the branch, so no round trip more.
     pub(crate) async fn end_branch(
         &mut self,
         tenant: &TenantId,
@@ -340,7 +342,7 @@ where
         Ok(sqlx::query_as(concat!(
             "UPDATE branches SET status = $3, reason = $4, completed_at = $5, result = $6, \
              used = CASE WHEN used + $7 < budget THEN used + $7 ELSE budget END, claimed_until = NULL, \
-             returned_tokens = $8 \
+             returned_tokens = $8, extract = CASE WHEN $9 THEN 'pending' END \
              WHERE tenant_id = $1 AND id = $2 AND status = 'active' AND reserved = 0 RETURNING ",
             branch_columns!()
         ))
@@ -352,6 +354,7 @@ where
         .bind(&f.result)
         .bind(db_tokens(f.result_tokens))
         .bind(f.returned_tokens.map(db_tokens))
+        .bind(f.extract)
         .fetch_optional(&mut *self.0)
         .await?)
     }

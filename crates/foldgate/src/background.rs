@@ -6,11 +6,17 @@ use std::{sync::Arc, time::Duration};
 use foldgate_background::{
     Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
 };
-use foldgate_engine::{FoldingService, MemoryBank, MemoryRetention, MemoryUses, StoreGauges};
+use foldgate_engine::{
+    FoldingService, MemoryBank, MemoryExtract, MemoryRetention, MemoryUses, StoreGauges,
+};
 use serde_json::json;
 
 /// How often the memory's retention runs.
 const MEMORY_RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// How often the lessons queued by returns are looked for (a return of this
+/// replica that queues one wakes the task at once).
+const MEMORY_EXTRACT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How often usage outside branches is written to the database.
 const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
@@ -49,8 +55,10 @@ pub(crate) fn register_store_tasks(
     driver.register(gauge_def, gauges);
 }
 
-/// Registers the memory's tasks: retention (once at start, then hourly)
-/// and the use counts (every few seconds, and once more at shutdown).
+/// Registers the memory's tasks: retention (once at start, then hourly),
+/// the use counts (every few seconds, and once more at shutdown) and the
+/// lessons queued by returns (every few seconds, and when a return queues
+/// one).
 pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>) {
     let def =
         TaskDef::new("memory_retention", StopOrder::SUPERVISOR).period(MEMORY_RETENTION_INTERVAL);
@@ -59,4 +67,8 @@ pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>)
         .period(USAGE_FLUSH_INTERVAL)
         .on_stop(OnStop::LastPass);
     driver.register(def, MemoryUses(Arc::clone(bank)));
+    let def = TaskDef::new("memory_extract", StopOrder::SUPERVISOR)
+        .period(MEMORY_EXTRACT_INTERVAL)
+        .trigger(bank.extract_activator());
+    driver.register(def, MemoryExtract(Arc::clone(bank)));
 }

@@ -191,7 +191,8 @@ pub struct BranchReturnArgs {
     /// wrong.
     outcome: Option<OutcomeArg>,
     /// Keep the message in your team's memory as a lesson (a strategy on success, a pitfall on
-    /// failure), for later branches. Default false.
+    /// failure), for later branches; it is queued with the return and written in the
+    /// background. Ignored when the gateway's memory is off. Default false.
     extract_memory: Option<bool>,
 }
 
@@ -228,15 +229,11 @@ pub struct SessionEndArgs {
 pub enum Parsed {
     Create(CreateBranch),
     Run(RunBranch),
-    Return(ReturnBranch, Extract),
+    Return(ReturnBranch),
     Status(StatusQuery),
     End(SessionId),
     Memory(MemoryCall),
 }
-
-/// Whether a return's message is kept as a lesson (`extract_memory`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extract(pub bool);
 
 impl Parsed {
     /// The tool these are the arguments of.
@@ -244,7 +241,7 @@ impl Parsed {
         match self {
             Self::Create(_) => FoldingTool::BranchCreate,
             Self::Run(_) => FoldingTool::BranchRun,
-            Self::Return(..) => FoldingTool::BranchReturn,
+            Self::Return(_) => FoldingTool::BranchReturn,
             Self::Status(_) => FoldingTool::BranchStatus,
             Self::End(_) => FoldingTool::SessionEnd,
             Self::Memory(call) => call.tool(),
@@ -261,7 +258,7 @@ impl Parsed {
             {
                 Some(auth::SCOPE_MEMORY_READ)
             }
-            Self::Return(_, Extract(true)) => Some(auth::SCOPE_MEMORY_WRITE),
+            Self::Return(req) if req.extract_memory => Some(auth::SCOPE_MEMORY_WRITE),
             _ => None,
         }
     }
@@ -282,14 +279,12 @@ pub fn parse(
             model: args.optional_name("model")?,
             tools: args.optional_names("tools")?,
         }),
-        FoldingTool::BranchReturn => Parsed::Return(
-            ReturnBranch {
-                branch_id: BranchId::parse(args.required_str("branch_id")?)?,
-                message: Message::parse(args.required_str("message")?)?,
-                outcome: Outcome::parse(args.optional_str("outcome")?)?,
-            },
-            Extract(args.optional_bool("extract_memory")?.unwrap_or(false)),
-        ),
+        FoldingTool::BranchReturn => Parsed::Return(ReturnBranch {
+            branch_id: BranchId::parse(args.required_str("branch_id")?)?,
+            message: Message::parse(args.required_str("message")?)?,
+            outcome: Outcome::parse(args.optional_str("outcome")?)?,
+            extract_memory: args.optional_bool("extract_memory")?.unwrap_or(false),
+        }),
         FoldingTool::BranchStatus => {
             match (args.optional_str("branch_id")?, args.optional_str("session_id")?) {
                 (Some(id), _) => Parsed::Status(StatusQuery::Branch(BranchId::parse(id)?)),

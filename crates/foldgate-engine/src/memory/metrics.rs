@@ -27,6 +27,9 @@ pub struct MemoryMetrics {
     /// `foldgate.memory.distillations{tenant, outcome}`: distillations of
     /// gateway-run branches (`done`, `retry`, `failed`).
     distillations: Counter<u64>,
+    /// `foldgate.memory.extractions{tenant, outcome}`: returns kept as
+    /// lessons (`extract_memory`): `done`, `retry`, `failed` (given up).
+    extractions: Counter<u64>,
 }
 
 fn tenant(t: &TenantId) -> KeyValue {
@@ -74,6 +77,11 @@ impl MemoryMetrics {
                 .with_description("Distillations of ended gateway-run branches, by outcome")
                 .with_unit("{branch}")
                 .build(),
+            extractions: meter
+                .u64_counter("foldgate.memory.extractions")
+                .with_description("Returns kept as lessons (extract_memory), by outcome")
+                .with_unit("{branch}")
+                .build(),
         }
     }
 
@@ -113,5 +121,11 @@ impl MemoryMetrics {
     /// `failed` (given up).
     pub fn distillation(&self, who: &TenantId, outcome: &'static str) {
         self.distillations.add(1, &[tenant(who), KeyValue::new("outcome", outcome)]);
+    }
+
+    /// An attempt at keeping a return as a lesson: `done`, `retry` (tried
+    /// again once its hold lapses) or `failed` (given up).
+    pub(super) fn extraction(&self, who: &TenantId, outcome: &'static str) {
+        self.extractions.add(1, &[tenant(who), KeyValue::new("outcome", outcome)]);
     }
 }

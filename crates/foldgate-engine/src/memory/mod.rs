@@ -15,11 +15,10 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use foldgate_background::{Activation, BackgroundTask, BoxFuture};
+use foldgate_background::Activator;
 use foldgate_domain::{
-    BranchId, BranchKind, Confidence, InvalidInput, MemoryContent, MemoryDescription, MemoryId,
-    MemoryItem, MemoryKind, MemorySource, MemoryTitle, Principal, Provenance, SessionId, TenantId,
-    Tokens,
+    BranchKind, Confidence, InvalidInput, MemoryId, MemoryItem, MemoryKind, MemorySource,
+    Principal, Provenance, TenantId, Tokens,
 };
 use foldgate_scrub::{InjectionLoadError, InjectionRules};
 use foldgate_store::{MemoryQuery, NewMemory, Ranked, Store};
@@ -27,8 +26,14 @@ use serde::Deserialize;
 
 use crate::{Clock, FoldError, Scrubber, TokenCounter};
 
+mod extract;
 mod metrics;
+mod record;
+mod tasks;
+pub use self::extract::ExtractPass;
 pub use self::metrics::MemoryMetrics;
+pub use self::record::RecordMemory;
+pub use self::tasks::{MemoryExtract, MemoryRetention, MemoryUses};
 
 /// Checks text for prompt injection.
 pub trait Screen: Send + Sync + Debug {
@@ -156,69 +161,6 @@ pub enum ScreenSetupError {
     Rules(#[from] InjectionLoadError),
 }
 
-/// An item to record, as an agent (or the distiller) gives it.
-#[derive(Debug, Clone)]
-pub struct RecordMemory {
-    pub kind: MemoryKind,
-    pub title: MemoryTitle,
-    pub description: MemoryDescription,
-    pub content: MemoryContent,
-    pub source: MemorySource,
-    /// The confidence it starts from; `None`: the configured default for
-    /// its source.
-    pub prior: Option<Confidence>,
-    pub session: Option<SessionId>,
-    pub branch: Option<BranchId>,
-}
-
-impl RecordMemory {
-    /// An agent's own lesson, from `memory_record`'s arguments.
-    pub fn recorded(
-        title: &str,
-        content: &str,
-        kind: &str,
-        description: Option<&str>,
-    ) -> Result<Self, InvalidInput> {
-        Ok(Self {
-            kind: kind.parse()?,
-            title: MemoryTitle::parse(title)?,
-            description: MemoryDescription::parse(description.unwrap_or_default())?,
-            content: MemoryContent::parse(content)?,
-            source: MemorySource::Recorded,
-            prior: None,
-            session: None,
-            branch: None,
-        })
-    }
-
-    /// A candidate lesson from a returned branch (`extract_memory`): its
-    /// description as the title, its message as the content, each cut to
-    /// its limit. The agent wrote both, so it is a recorded item.
-    pub fn from_return(
-        kind: MemoryKind,
-        description: &str,
-        message: &str,
-        session: SessionId,
-        branch: BranchId,
-    ) -> Result<Self, InvalidInput> {
-        Ok(Self {
-            kind,
-            title: MemoryTitle::parse(&cut(description, MemoryTitle::MAX_CHARS))?,
-            description: MemoryDescription::parse("")?,
-            content: MemoryContent::parse(&cut(message, MemoryContent::MAX_CHARS))?,
-            source: MemorySource::Recorded,
-            prior: None,
-            session: Some(session),
-            branch: Some(branch),
-        })
-    }
-}
-
-/// `text`'s first `max` characters.
-fn cut(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
-}
-
 /// An item found for a query, and whether it may be injected.
 #[derive(Debug, Clone)]
 pub struct Found {
@@ -254,6 +196,8 @@ pub struct MemoryBank {
     metrics: MemoryMetrics,
     /// Injections counted since the last flush, per tenant and item.
     uses: Mutex<HashMap<TenantId, HashMap<MemoryId, u64>>>,
+    /// Wakes the extractor (`memory_extract`) when a return queued a lesson.
+    extract_wake: Activator,
 }
 
 /// How injected lessons open, so the model knows what they are and where
@@ -280,6 +224,7 @@ impl MemoryBank {
             config,
             metrics: MemoryMetrics::noop(),
             uses: Mutex::new(HashMap::new()),
+            extract_wake: Activator::new(),
         }
     }
 
@@ -303,6 +248,17 @@ impl MemoryBank {
         who: &Principal,
         item: RecordMemory,
     ) -> Result<MemoryItem, FoldError> {
+        let new = self.prepare(who, item)?;
+        let stored = self.store.insert_memory(&new).await?;
+        self.kept(&stored);
+        Ok(stored)
+    }
+
+    /// An item as it is written: scrubbed of secrets (failing closed,
+    /// `ScrubbingFailed`), screened for prompt injection, with its prior and
+    /// provenance. For a writer that stores it with other changes, in one
+    /// transaction, then reports it with [`MemoryBank::kept`].
+    pub fn prepare(&self, who: &Principal, item: RecordMemory) -> Result<NewMemory, FoldError> {
         let scrub = |text: &str| {
             self.scrubber.scrub(text).map(|s| s.text).map_err(|e| {
                 tracing::error!(tenant = %who.tenant, error = %e,
@@ -318,7 +274,7 @@ impl MemoryBank {
             MemorySource::Recorded => Confidence::clamped(self.config.recorded_confidence),
             MemorySource::Distilled => Confidence::clamped(self.config.memory_min_confidence),
         });
-        let new = NewMemory {
+        Ok(NewMemory {
             id: MemoryId::generate(),
             kind: item.kind,
             title,
@@ -334,18 +290,21 @@ impl MemoryBank {
             },
             flagged,
             at: self.clock.now(),
-        };
-        let stored = self.store.insert_memory(&new).await?;
-        self.metrics.stored(&stored);
+        })
+    }
+
+    /// Counts and logs an item that was stored.
+    pub fn kept(&self, stored: &MemoryItem) {
+        self.metrics.stored(stored);
+        let tenant = &stored.provenance.tenant;
         if stored.flagged.is_empty() {
-            tracing::info!(tenant = %who.tenant, memory_id = %stored.id, kind = %stored.kind,
+            tracing::info!(%tenant, memory_id = %stored.id, kind = %stored.kind,
                 source = stored.provenance.source.as_str(), "memory item stored");
         } else {
-            tracing::warn!(tenant = %who.tenant, memory_id = %stored.id,
+            tracing::warn!(%tenant, memory_id = %stored.id,
                 rules = %stored.flagged.join(" "), source = stored.provenance.source.as_str(),
                 "memory item flagged by the injection screen; it will not be injected");
         }
-        Ok(stored)
     }
 
     /// The tenant's items that match `text`, best first, trusted or not
@@ -529,43 +488,6 @@ impl MemoryBank {
 
     fn trusted(&self, item: &MemoryItem) -> bool {
         item.injectable(self.config.memory_min_confidence)
-    }
-}
-
-/// Writes the lessons' use counts on the background driver
-/// (`memory_uses`): every few seconds, and once more at shutdown.
-#[derive(Debug)]
-pub struct MemoryUses(pub Arc<MemoryBank>);
-
-impl BackgroundTask for MemoryUses {
-    fn activate(&mut self) -> BoxFuture<'_, Activation> {
-        Box::pin(async move {
-            match self.0.flush_uses().await {
-                Ok(written) => Activation::ok(serde_json::json!({"written": written})),
-                Err(e) => {
-                    tracing::warn!(error = %e, "memory uses were not written; kept for the next try");
-                    Activation::failed(e, serde_json::json!({}))
-                }
-            }
-        })
-    }
-}
-
-/// The memory's retention on the background driver (`memory_retention`).
-#[derive(Debug)]
-pub struct MemoryRetention(pub Arc<MemoryBank>);
-
-impl BackgroundTask for MemoryRetention {
-    fn activate(&mut self) -> BoxFuture<'_, Activation> {
-        Box::pin(async move {
-            match self.0.prune().await {
-                Ok(pruned) => Activation::ok(serde_json::json!({"pruned": pruned})),
-                Err(e) => {
-                    tracing::warn!(error = %e, "memory retention failed; it runs again later");
-                    Activation::failed(e, serde_json::json!({}))
-                }
-            }
-        })
     }
 }
 

@@ -15,8 +15,8 @@ use foldgate_domain::{
     Message, Outcome, Principal, Prompt, ReturnTier, SessionId, TenantId, TimeoutRequest, Tokens,
 };
 use foldgate_store::{
-    BatchFinish, CallRecord, CallSummary, CreateRefusal, CreateRules, DueBranch, Finish, Finished,
-    NewBranch, NewRun, OutsideUsage, ParentChoice, Store,
+    BatchFinish, CallRecord, CallSummary, CreateRules, DueBranch, Finish, Finished, NewBranch,
+    NewRun, OutsideUsage, ParentChoice, Store,
 };
 
 use crate::{
@@ -203,7 +203,7 @@ impl FoldingService {
         let branch = match self.store.create_branch(&who.tenant, new).await? {
             Ok(branch) => branch,
             Err(refusal) => {
-                let error = refusal_error(refusal);
+                let error = FoldError::from(refusal);
                 self.metrics.refused(&who.tenant, &error);
                 return Err(error);
             }
@@ -269,16 +269,23 @@ impl FoldingService {
             FoldError::ScrubbingFailed
         })?;
         let (status, reason) = req.outcome.end();
+        // Queued by the statement that ends the branch (see `MemoryBank::extracts`).
+        let memory = self.memory.as_ref().filter(|_| req.extract_memory);
+        let extract = memory.is_some_and(|m| m.extracts(&branch, status, &scrubbed.text));
         let finish = Finish {
             status,
             reason,
             result_tokens,
             returned_tokens: Some(result_tokens),
             result: Some(scrubbed.text.clone()),
+            extract,
             at: self.clock.now(),
         };
         let (branch, children_ended) =
             self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
+        if let Some(memory) = memory.filter(|_| extract) {
+            memory.extraction_queued();
+        }
         self.metrics.redacted(&scrubbed.by_rule);
         // The charge is capped at what remained of the budget.
         self.metrics.returned(&branch, result_tokens, result_tokens.min(branch.ledger.used));
@@ -293,6 +300,7 @@ impl FoldingService {
             redactions: scrubbed.redactions,
             children_ended,
             tokens_returned: result_tokens,
+            memory_queued: extract,
         })
     }
 
@@ -588,22 +596,5 @@ impl FoldingService {
     /// create with an earlier deadline. Its trigger on the driver.
     pub fn deadline_activator(&self) -> Activator {
         self.deadline_wake.clone()
-    }
-}
-
-fn refusal_error(refusal: CreateRefusal) -> FoldError {
-    match refusal {
-        CreateRefusal::SessionNotFound => FoldError::SessionNotFound,
-        CreateRefusal::ParentNotFound => FoldError::BranchNotFound,
-        CreateRefusal::ParentIsGatewayRun => FoldError::GatewayRunBranch,
-        CreateRefusal::ParentNotActive { status } => FoldError::BranchNotActive { status },
-        CreateRefusal::MaxDepthExceeded { max_depth } => FoldError::MaxDepthExceeded { max_depth },
-        CreateRefusal::BudgetExhausted { available } => FoldError::BudgetExhausted { available },
-        CreateRefusal::PromptOverBudget { prompt_tokens, budget } => {
-            FoldError::PromptOverBudget { prompt_tokens, budget }
-        }
-        CreateRefusal::Limited { limit, retry_after } => {
-            FoldError::RateLimited { limit, retry_after }
-        }
     }
 }

@@ -56,6 +56,9 @@ pub struct ReturnBranch {
     pub branch_id: BranchId,
     pub message: Message,
     pub outcome: Outcome,
+    /// Keep the (scrubbed) message as a lesson (`extract_memory`): queued
+    /// with the return when the memory is on, ignored when it is off.
+    pub extract_memory: bool,
 }
 
 /// What `branch_status` asks about.
@@ -88,6 +91,8 @@ pub struct Returned {
     pub children_ended: Vec<BranchId>,
     /// Tokens of the message handed to the parent.
     pub tokens_returned: Tokens,
+    /// The message was queued, with the return, to be kept as a lesson.
+    pub memory_queued: bool,
 }
 
 impl Returned {

@@ -5,6 +5,7 @@
 
 mod budget;
 mod deadlines;
+mod extract;
 mod isolation;
 mod limits;
 mod metering;
@@ -74,6 +75,7 @@ fn ret(id: BranchId, message: &str) -> ReturnBranch {
         branch_id: id,
         message: Message::parse(message).unwrap(),
         outcome: Outcome::Success,
+        extract_memory: false,
     }
 }
 

@@ -35,6 +35,7 @@ async fn redactions_are_counted_by_rule() {
                 branch_id: branch.id,
                 message: Message::parse(&message).unwrap(),
                 outcome: Outcome::Success,
+                extract_memory: false,
             },
         )
         .await

@@ -7,7 +7,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{BranchKind, BranchStatus};
 use foldgate_engine::{Clock, CreateBranch, FoldError, FoldingService};
-use foldgate_store::{Finish, NewRun, NewStep, RunEnd, RunState, StepKind, StepWritten};
+use foldgate_store::{
+    DistillOutcome, DistillationEnd, Finish, ModelUsage, NewMemory, NewRun, NewStep, RunEnd,
+    RunState, StepKind, StepWritten,
+};
 use foldgate_testkit::{Backend, on_both_backends, principal};
 
 use crate::env;
@@ -19,6 +22,7 @@ on_both_backends!(
     lapsed_runs_are_taken_over_once,
     a_gateway_run_branch_stays_out_of_the_agents_stack,
     distillations_are_queued_at_the_end_and_claimed_once,
+    distilled_lessons_are_stored_once_and_their_model_calls_billed,
 );
 
 fn req(service: &FoldingService, session: &str, budget: i64) -> CreateBranch {
@@ -45,6 +49,11 @@ fn end<'a>(
     at: DateTime<Utc>,
 ) -> RunEnd<'a> {
     RunEnd { owner, outcome, returned_tokens, distill, at }
+}
+
+/// An attempt at a distillation that ends as `outcome`, billed nothing.
+fn ended(outcome: DistillOutcome, lessons: &[NewMemory], attempts: u32) -> DistillationEnd<'_> {
+    DistillationEnd { outcome, lessons, usage: ModelUsage::default(), attempts }
 }
 
 fn step(seq: u32, kind: StepKind, usage: (u64, u64), at: DateTime<Utc>) -> NewStep {
@@ -98,10 +107,9 @@ async fn steps_are_written_once_in_order_by_the_lease_holder(backend: Backend) {
     );
     let billed = store.model_usage(tenant).await.unwrap();
     assert_eq!(billed.len(), 1);
-    assert_eq!(
-        (billed[0].0.as_str(), billed[0].1.calls, billed[0].1.input_tokens),
-        ("default", 2, 400)
-    );
+    let total = billed[0].total();
+    assert_eq!((billed[0].model.as_str(), total.calls, total.input_tokens), ("default", 2, 400));
+    assert_eq!(billed[0].distillation, ModelUsage::default(), "nothing distilled yet");
     assert!(store.model_usage(&principal("globex", "x").tenant).await.unwrap().is_empty());
 
     // Only the holder finishes it, once.
@@ -168,6 +176,7 @@ async fn a_model_step_measures_the_context_into_the_ledger(backend: Backend) {
         result: Some("the finding".into()),
         result_tokens: 0,
         returned_tokens: Some(3),
+        extract: false,
         at: now,
     };
     let ended = env.service.end_run(tenant, branch.id, finish).await.unwrap().unwrap();
@@ -314,12 +323,120 @@ async fn distillations_are_queued_at_the_end_and_claimed_once(backend: Backend) 
     assert_eq!(claimed, expected, "each pending distillation once, not the other run");
     assert!(store.claim_distillations(now, hold, 10).await.unwrap().is_empty(), "held");
 
-    store.end_distillation(tenant, branches[0], true).await.unwrap();
+    store.end_distillation(tenant, branches[0], ended(DistillOutcome::Done, &[], 1)).await.unwrap();
     let after = hold + chrono::Duration::seconds(1);
     let again = store.claim_distillations(after, after + chrono::Duration::seconds(30), 10);
     let again: Vec<_> = again.await.unwrap().into_iter().map(|d| (d.branch, d.attempts)).collect();
     assert_eq!(again, [(branches[2], 2)], "the one still pending, after its hold");
-    store.end_distillation(tenant, branches[2], false).await.unwrap();
+    let given_up = ended(DistillOutcome::Failed, &[], 2);
+    store.end_distillation(tenant, branches[2], given_up).await.unwrap();
     let later = after + chrono::Duration::seconds(60);
     assert!(store.claim_distillations(later, later, 10).await.unwrap().is_empty());
+}
+
+/// A distilled lesson of `branch`, ready to store.
+fn lesson(tenant: &str, branch: foldgate_domain::BranchId, title: &str) -> NewMemory {
+    use foldgate_domain::{Confidence, MemoryId, MemoryKind, MemorySource, Provenance, Subject};
+    NewMemory {
+        id: MemoryId::generate(),
+        kind: MemoryKind::Strategy,
+        title: title.to_owned(),
+        description: String::new(),
+        content: format!("{title}: check the drain before the listener."),
+        prior: Confidence::new(0.8).unwrap(),
+        provenance: Provenance {
+            tenant: foldgate_domain::TenantId::parse(tenant).unwrap(),
+            subject: Subject::parse("alice").unwrap(),
+            session: None,
+            branch: Some(branch),
+            source: MemorySource::Distilled,
+        },
+        flagged: Vec::new(),
+        at: Utc::now(),
+    }
+}
+
+/// A distillation whose hold lapsed is finished by two replicas: the first
+/// to finish stores the lessons, the other none; both attempts' model calls
+/// are billed to the tenant, apart from the runs'. A stale holder cannot
+/// give up an entry another replica claimed since; a retry books its usage
+/// and leaves the entry pending.
+async fn distilled_lessons_are_stored_once_and_their_model_calls_billed(backend: Backend) {
+    let env = env(backend).await;
+    let store = env.service.store();
+    let tenant = &env.alice.tenant;
+    let now = env.service.clock().now();
+    let lease = now + chrono::Duration::seconds(60);
+    let mut branches = Vec::new();
+    for session in ["s1", "s2"] {
+        let req = req(&env.service, session, 4_000);
+        let branch = env.service.create_run(&env.alice, req, run("a", lease)).await.unwrap().branch;
+        let first = step(0, StepKind::Model, (600, 20), now);
+        assert!(matches!(
+            store.record_step(tenant, branch.id, "a", &first).await.unwrap(),
+            StepWritten::Written(_)
+        ));
+        assert!(store.finish_run(tenant, branch.id, &end("a", "{}", 0, true, now)).await.unwrap());
+        branches.push(branch.id);
+    }
+    let (done, given_up) = (branches[0], branches[1]);
+    let hold = |at: DateTime<Utc>| at + chrono::Duration::seconds(30);
+    let claim = |at| store.claim_distillations(at, hold(at), 10);
+    assert_eq!(claim(now).await.unwrap().len(), 2);
+    let after = hold(now) + chrono::Duration::seconds(1);
+    let again: Vec<_> =
+        claim(after).await.unwrap().iter().map(|d| (d.branch, d.attempts)).collect();
+    assert_eq!(again.len(), 2, "both taken over: {again:?}");
+
+    let billed = ModelUsage { calls: 1, input_tokens: 900, output_tokens: 80 };
+    let second = [lesson("acme", done, "Drain first"), lesson("acme", done, "Then close")];
+    let end = DistillationEnd {
+        outcome: DistillOutcome::Done,
+        lessons: &second,
+        usage: billed,
+        attempts: 2,
+    };
+    assert_eq!(store.end_distillation(tenant, done, end).await.unwrap().len(), 2);
+    // The first holder finishes late, with lessons of its own.
+    let first = [lesson("acme", done, "Drain first, again")];
+    let end = DistillationEnd {
+        outcome: DistillOutcome::Done,
+        lessons: &first,
+        usage: billed,
+        attempts: 1,
+    };
+    assert!(store.end_distillation(tenant, done, end).await.unwrap().is_empty(), "stored once");
+    let kept = store.list_memories(tenant, None, 10).await.unwrap();
+    let mut titles: Vec<&str> = kept.iter().map(|m| m.title.as_str()).collect();
+    titles.sort_unstable();
+    assert_eq!(titles, ["Drain first", "Then close"]);
+
+    // A retry books its model call and leaves the entry pending; the stale
+    // holder cannot give it up, the last one can.
+    let retry = DistillationEnd {
+        outcome: DistillOutcome::Retry,
+        lessons: &[],
+        usage: billed,
+        attempts: 2,
+    };
+    assert!(store.end_distillation(tenant, given_up, retry).await.unwrap().is_empty());
+    store.end_distillation(tenant, given_up, ended(DistillOutcome::Failed, &[], 1)).await.unwrap();
+    let later = hold(after) + chrono::Duration::seconds(1);
+    let pending: Vec<_> =
+        claim(later).await.unwrap().iter().map(|d| (d.branch, d.attempts)).collect();
+    assert_eq!(pending, [(given_up, 3)], "still pending after the stale give-up");
+    store.end_distillation(tenant, given_up, ended(DistillOutcome::Failed, &[], 3)).await.unwrap();
+    let last = hold(later) + chrono::Duration::seconds(1);
+    assert!(claim(last).await.unwrap().is_empty(), "given up");
+    assert_eq!(store.list_memories(tenant, None, 10).await.unwrap().len(), 2);
+
+    // The tenant was billed for both runs' calls and the three calls of
+    // distillation, which are told apart.
+    let bills = store.model_usage(tenant).await.unwrap();
+    assert_eq!(bills.len(), 1, "{bills:?}");
+    let bill = &bills[0];
+    assert_eq!(bill.runs, ModelUsage { calls: 2, input_tokens: 1_200, output_tokens: 40 });
+    assert_eq!(bill.distillation, ModelUsage { calls: 3, input_tokens: 2_700, output_tokens: 240 });
+    assert_eq!(bill.total(), ModelUsage { calls: 5, input_tokens: 3_900, output_tokens: 280 });
+    env.db.cleanup().await;
 }

@@ -116,6 +116,7 @@ async fn second_return_is_refused(backend: Backend) {
         branch_id: f.id,
         message: Message::parse("could not reproduce").unwrap(),
         outcome: Outcome::Failure,
+        extract_memory: false,
     };
     let returned = s.return_branch(&env.alice, req).await.unwrap();
     assert_eq!(returned.branch.status, BranchStatus::Failed);

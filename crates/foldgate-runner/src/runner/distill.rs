@@ -6,15 +6,25 @@
 //! The queue is in the store (`branch_runs.distill`), so any replica takes
 //! the work, a replica that dies holding some leaves it to another once its
 //! hold lapses, and a distillation that keeps failing is given up after
-//! [`MAX_ATTEMPTS`].
+//! [`MAX_ATTEMPTS`]. A branch's lessons are stored in the transaction that
+//! ends its distillation, and only if it is still pending: a retry, or a
+//! replica that took over a lapsed hold and finishes second, stores none,
+//! so they are kept once.
+//!
+//! What the distiller's model calls are billed counts in the tenant's model
+//! usage: booked to the branch's run (apart from the run's own calls) with
+//! the attempt's end, whatever its outcome, and recorded in
+//! `gen_ai.client.token.usage` with `purpose="distill"`.
 
 use foldgate_background::{Activation, BackgroundTask, BoxFuture, Driver, StopOrder, TaskDef};
 use foldgate_domain::{
     Confidence, MemoryContent, MemoryDescription, MemoryKind, MemorySource, MemoryTitle,
 };
 use foldgate_engine::{MemoryBank, RecordMemory};
+use foldgate_store::{DistillOutcome, DistillationEnd, ModelUsage, NewMemory};
 
 use super::*;
+use crate::metrics::Purpose;
 
 /// How often the queue is looked at.
 const DISTILL_INTERVAL: Duration = Duration::from_secs(5);
@@ -97,37 +107,58 @@ impl Runner {
             let until = now + chrono::Duration::from_std(HOLD).unwrap_or_default();
             let Some(job) = store.claim_distillations(now, until, 1).await?.pop() else { break };
             branches += 1;
-            let (done, outcome) = match self.distill(memory, &job.tenant, job.branch).await {
-                Ok(stored) => {
-                    lessons += stored;
-                    (Some(true), "done")
-                }
-                Err(e) if job.attempts >= MAX_ATTEMPTS => {
-                    tracing::warn!(tenant = %job.tenant, branch_id = %job.branch, error = %e,
-                        attempts = job.attempts, "distilling a branch failed; given up");
-                    (Some(false), "failed")
+            let (tenant, id, attempts) = (&job.tenant, job.branch, job.attempts);
+            let mut usage = ModelUsage::default();
+            let result = if attempts > MAX_ATTEMPTS {
+                // Claimed that often without an end: its replicas died on it.
+                Err(DistillError::Abandoned(attempts))
+            } else {
+                self.distill(memory, tenant, id, &mut usage).await
+            };
+            let outcome = match &result {
+                Ok(_) => DistillOutcome::Done,
+                Err(e) if attempts >= MAX_ATTEMPTS => {
+                    tracing::warn!(%tenant, branch_id = %id, error = %e, attempts,
+                        "distilling a branch failed; given up");
+                    DistillOutcome::Failed
                 }
                 Err(e) => {
-                    tracing::info!(tenant = %job.tenant, branch_id = %job.branch, error = %e,
-                        attempts = job.attempts, "distilling a branch failed; retried later");
-                    (None, "retry")
+                    tracing::info!(%tenant, branch_id = %id, error = %e, attempts,
+                        "distilling a branch failed; retried later");
+                    DistillOutcome::Retry
                 }
             };
-            memory.metrics().distillation(&job.tenant, outcome);
-            if let Some(done) = done {
-                store.end_distillation(&job.tenant, job.branch, done).await?;
+            let prepared = result.unwrap_or_default();
+            let end = DistillationEnd { outcome, lessons: &prepared, usage, attempts };
+            let stored = store.end_distillation(tenant, id, end).await?;
+            for item in &stored {
+                memory.kept(item);
             }
+            if outcome == DistillOutcome::Done {
+                tracing::info!(%tenant, branch_id = %id, lessons = stored.len(),
+                    "lessons distilled from a branch");
+            }
+            lessons += stored.len();
+            let outcome = match outcome {
+                DistillOutcome::Done => "done",
+                DistillOutcome::Retry => "retry",
+                DistillOutcome::Failed => "failed",
+            };
+            memory.metrics().distillation(tenant, outcome);
         }
         Ok((lessons, branches))
     }
 
-    /// Asks the branch's model for its lessons and stores them. How many.
+    /// Asks the branch's model for its lessons and makes them ready to
+    /// store (scrubbed, screened); what the model call was billed is added
+    /// to `usage`, even when its answer then proves unreadable.
     async fn distill(
         &self,
         memory: &MemoryBank,
         tenant: &TenantId,
         id: BranchId,
-    ) -> Result<usize, DistillError> {
+        usage: &mut ModelUsage,
+    ) -> Result<Vec<NewMemory>, DistillError> {
         let store = self.service.store();
         let branch = store.branch(tenant, id).await?.ok_or(DistillError::Gone)?;
         let run = store.run(tenant, id).await?.ok_or(DistillError::Gone)?;
@@ -150,20 +181,20 @@ impl Runner {
                 &self.metrics,
             )
             .await?;
+        usage.add(answer.input_tokens, answer.output_tokens);
+        let (input, output) = (answer.input_tokens, answer.output_tokens);
+        self.metrics.billed(tenant.as_str(), &model.config, input, output, Purpose::Distill);
         let lessons = parse_answer(&answer.text)?;
         let who = Principal::new(tenant.clone(), branch.owner.clone());
-        let mut stored = 0;
+        let mut prepared = Vec::new();
         for lesson in lessons.into_iter().take(MAX_LESSONS) {
             let Ok(item) = record(kind, lesson, &branch, memory.config().memory_min_confidence)
             else {
                 continue;
             };
-            memory.record(&who, item).await?;
-            stored += 1;
+            prepared.push(memory.prepare(&who, item)?);
         }
-        tracing::info!(%tenant, branch_id = %id, kind = %kind, lessons = stored,
-            "lessons distilled from a branch");
-        Ok(stored)
+        Ok(prepared)
     }
 }
 
@@ -178,6 +209,8 @@ enum DistillError {
     Model(#[from] ModelFailure),
     #[error("the model's answer is not the lessons asked for: {0}")]
     Unreadable(String),
+    #[error("claimed {0} times without an end")]
+    Abandoned(u32),
     #[error(transparent)]
     Fold(#[from] FoldError),
 }

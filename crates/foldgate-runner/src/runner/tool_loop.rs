@@ -105,6 +105,7 @@ impl Runner {
                 &model.config,
                 completion.input_tokens,
                 completion.output_tokens,
+                crate::metrics::Purpose::Run,
             );
             talk.apply(body);
             self.notify(branch.id, talk.seq);
@@ -338,6 +339,8 @@ impl Runner {
                 // The finding is already in the context as the model counted it.
                 result_tokens: 0,
                 returned_tokens: Some(tokens),
+                // Its lessons are distilled instead (`branch_runs.distill`).
+                extract: false,
                 at: self.service.clock().now(),
             };
             self.service.end_run(tenant, branch.id, finish).await?;

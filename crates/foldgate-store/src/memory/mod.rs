@@ -9,15 +9,17 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, Provenance, SessionId, Subject,
-    TenantId,
+    BranchId, Confidence, MemoryId, MemoryItem, MemoryKind, Provenance, Subject, TenantId,
 };
 use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
+mod queue;
 mod rows;
 mod terms;
+
+pub use self::queue::{DistillOutcome, Distillation, DistillationEnd, Extraction};
 
 use self::terms::query_terms;
 use self::{
@@ -26,7 +28,7 @@ use self::{
 };
 use crate::{
     StoreError,
-    dialect::{Dialect, Param, Sql, Value, locking},
+    dialect::{Dialect, Param, Sql, Value},
     store::SqlStore,
     ts::Ts,
 };
@@ -85,8 +87,10 @@ pub trait MemoryStore: Send + Sync + Debug {
     /// Deletes one item; `false`: there was none.
     async fn delete_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<bool, StoreError>;
 
-    /// Deletes every item of the tenant (a data-deletion request), and the
-    /// lessons kept with its gateway-run branches; how many items.
+    /// Deletes every item of the tenant (a data-deletion request), the
+    /// lessons kept with its gateway-run branches, and its queued
+    /// extractions and distillations (no lesson appears after it); how many
+    /// items.
     async fn delete_memories(&self, tenant: &TenantId) -> Result<u64, StoreError>;
 
     /// Takes up to `limit` gateway-run branches whose distillation is
@@ -100,13 +104,43 @@ pub trait MemoryStore: Send + Sync + Debug {
         limit: u32,
     ) -> Result<Vec<Distillation>, StoreError>;
 
-    /// Ends a branch's distillation: done, or failed for good.
+    /// Ends an attempt at a branch's distillation, in one transaction: books
+    /// what its model calls were billed (whatever the outcome), then, done,
+    /// stores its lessons, only if the distillation was still pending (a
+    /// replica that finished it first stored them; this one stores none),
+    /// or, failed for good, gives it up, only if no replica claimed it
+    /// since. The lessons this call stored.
     async fn end_distillation(
         &self,
         tenant: &TenantId,
         id: BranchId,
-        done: bool,
-    ) -> Result<(), StoreError>;
+        end: DistillationEnd<'_>,
+    ) -> Result<Vec<MemoryItem>, StoreError>;
+
+    /// Takes up to `limit` returns whose message is queued to be kept as a
+    /// lesson (`extract_memory`) and not held by another replica (or held
+    /// past its time), with what the lesson is made of: this one holds them
+    /// until `until`, and each counts an attempt. On Postgres with `FOR
+    /// UPDATE SKIP LOCKED`. Oldest return first.
+    async fn claim_extractions(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Extraction>, StoreError>;
+
+    /// Ends an extraction, in one transaction: with its lesson (scrubbed and
+    /// screened), stored only if the extraction was still pending, so a
+    /// return is kept once whichever replica finishes first; or, with
+    /// `None`, given up, only if no replica claimed it since `attempts`.
+    /// The lesson, if this call stored it.
+    async fn end_extraction(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        attempts: u32,
+        lesson: Option<&NewMemory>,
+    ) -> Result<Option<MemoryItem>, StoreError>;
 
     /// Retention, for every tenant: deletes items created before
     /// `older_than`, then each tenant's oldest beyond `max_per_tenant`.
@@ -117,23 +151,6 @@ pub trait MemoryStore: Send + Sync + Debug {
         max_per_tenant: u64,
     ) -> Result<u64, StoreError>;
 }
-
-/// A gateway-run branch to distil, as claimed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Distillation {
-    pub tenant: TenantId,
-    pub branch: BranchId,
-    /// Attempts so far, this one included.
-    pub attempts: u32,
-}
-
-/// Takes pending distillations; a replica skips the rows another holds.
-const CLAIM_DISTILLATIONS: Sql = locking!(
-    ["UPDATE branch_runs SET distill_until = $2, distill_attempts = distill_attempts + 1 \
-      WHERE branch_id IN (SELECT branch_id FROM branch_runs WHERE distill = 'pending' \
-      AND (distill_until IS NULL OR distill_until <= $1) ORDER BY updated_at LIMIT $3"]
-    " FOR UPDATE SKIP LOCKED" [") RETURNING tenant_id, branch_id, distill_attempts"]
-);
 
 /// An item to write.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,6 +199,7 @@ macro_rules! memory_columns {
          session_id, branch_id, flagged, uses, helpful, unhelpful, created_at, last_used_at"
     };
 }
+pub(crate) use memory_columns;
 
 /// How a backend's full-text query says "any of these terms" (each term
 /// quoted with the separator's first character).
@@ -239,29 +257,8 @@ where
 {
     async fn insert_memory(&self, new: &NewMemory) -> Result<MemoryItem, StoreError> {
         self.timed("insert_memory", async {
-            let p = &new.provenance;
-            let row: MemoryRow = sqlx::query_as(concat!(
-                "INSERT INTO memories (tenant_id, id, kind, source, title, description, \
-                 content, prior, confidence, subject, session_id, branch_id, flagged, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, $13) RETURNING ",
-                memory_columns!()
-            ))
-            .bind(p.tenant.as_str())
-            .bind(new.id.as_uuid())
-            .bind(new.kind.as_str())
-            .bind(p.source.as_str())
-            .bind(new.title.as_str())
-            .bind(new.description.as_str())
-            .bind(new.content.as_str())
-            .bind(new.prior.get())
-            .bind(p.subject.as_str())
-            .bind(p.session.as_ref().map(SessionId::as_str))
-            .bind(p.branch.map(|b| b.as_uuid()))
-            .bind(new.flagged.join(" "))
-            .bind(Ts(new.at))
-            .fetch_one(&self.pool)
-            .await?;
-            MemoryItem::try_from(row)
+            let mut conn = self.pool.acquire().await?;
+            Self::insert_memory_on(&mut *conn, new).await
         })
         .await
     }
@@ -477,6 +474,8 @@ where
                 .bind(tenant.as_str())
                 .execute(&self.pool)
                 .await?;
+            // And what was queued to become lessons.
+            self.drop_queued(tenant).await?;
             Ok(crate::dialect::RowsAffected::rows_affected(&done))
         })
         .await
@@ -488,45 +487,35 @@ where
         until: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Distillation>, StoreError> {
-        self.timed("claim_distillations", async {
-            let rows: Vec<(String, Uuid, i32)> = sqlx::query_as(D::pick(&CLAIM_DISTILLATIONS))
-                .bind(Ts(now))
-                .bind(Ts(until))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            rows.into_iter()
-                .map(|(tenant, branch, attempts)| {
-                    Ok(Distillation {
-                        tenant: TenantId::parse(&tenant).map_err(corrupt)?,
-                        branch: BranchId::from_uuid(branch),
-                        attempts: u32::try_from(attempts).map_err(corrupt)?,
-                    })
-                })
-                .collect()
-        })
-        .await
+        self.claim_distillation_rows(now, until, limit).await
     }
 
     async fn end_distillation(
         &self,
         tenant: &TenantId,
         id: BranchId,
-        done: bool,
-    ) -> Result<(), StoreError> {
-        self.timed("end_distillation", async {
-            sqlx::query(
-                "UPDATE branch_runs SET distill = $3, distill_until = NULL \
-                 WHERE tenant_id = $1 AND branch_id = $2 AND distill = 'pending'",
-            )
-            .bind(tenant.as_str())
-            .bind(id.as_uuid())
-            .bind(if done { "done" } else { "failed" })
-            .execute(&self.pool)
-            .await?;
-            Ok(())
-        })
-        .await
+        end: DistillationEnd<'_>,
+    ) -> Result<Vec<MemoryItem>, StoreError> {
+        self.end_distillation_row(tenant, id, end).await
+    }
+
+    async fn claim_extractions(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Extraction>, StoreError> {
+        self.claim_extraction_rows(now, until, limit).await
+    }
+
+    async fn end_extraction(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        attempts: u32,
+        lesson: Option<&NewMemory>,
+    ) -> Result<Option<MemoryItem>, StoreError> {
+        self.end_extraction_row(tenant, id, attempts, lesson).await
     }
 
     async fn prune_memories(

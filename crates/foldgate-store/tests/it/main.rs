@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 mod charging;
+mod extract;
 mod memory;
 mod metrics;
 mod retrieval;

@@ -72,6 +72,7 @@ async fn the_ops_port_lists_the_background_tasks_with_their_last_outcome() {
         "idle_sessions",
         "memory_retention",
         "memory_distill",
+        "memory_extract",
         "memory_uses",
     ];
 

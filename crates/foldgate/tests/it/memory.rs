@@ -3,7 +3,7 @@
 //! of their budget with their provenance, kept per tenant; poisoned lessons
 //! and secrets kept out.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use foldgate_testkit::gateway::{Client, Era, TestGateway, call, client, ok, refusal};
 
@@ -16,6 +16,7 @@ on_both_backends!(
     trusted_lessons_are_injected_into_related_branches_of_the_same_tenant_only,
     poisoned_lessons_are_flagged_and_never_shown,
     returned_messages_become_lessons_without_their_secrets,
+    returns_keep_no_lesson_when_the_memory_is_off,
     memory_arguments_and_scopes_are_checked,
     operators_list_and_delete_a_tenants_lessons,
 );
@@ -264,17 +265,18 @@ async fn returned_messages_become_lessons_without_their_secrets(backend: Backend
         assert_eq!(returned["memory_extracted"], true);
         ids.push((id, outcome));
     }
-    // Kept in the background: wait for both.
-    let mut items = Vec::new();
-    for _ in 0..50 {
+    // Queued with the returns and kept in the background (the return wakes
+    // the `memory_extract` task): wait for both, within a bound.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let items = loop {
         let found =
             ok(&call(&agent, "memory_search", json!({"query": "nightly export job"})).await);
-        items = found["items"].as_array().unwrap().clone();
-        if items.len() == 2 {
-            break;
+        let items = found["items"].as_array().unwrap().clone();
+        if items.len() >= 2 || Instant::now() > deadline {
+            break items;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(items.len(), 2, "{items:?}");
     for (branch, outcome) in ids {
         let item = items
@@ -288,6 +290,47 @@ async fn returned_messages_become_lessons_without_their_secrets(backend: Backend
         assert!(!content.contains(&secret), "{content}");
         assert!(content.contains("[REDACTED:github-pat]"), "{content}");
     }
+    let (samples, _) = scrape(&gw).await;
+    let done = [("tenant", "acme"), ("outcome", "done")];
+    assert_eq!(
+        sample(&samples, "foldgate_memory_extractions_total", &done).map(|s| s.value),
+        Some(2.0)
+    );
+
+    // A return that asks for nothing queues nothing; neither does an empty
+    // message, which makes no lesson.
+    let branch = create(&agent, "s", "Check the export job once more", 8192).await;
+    let plain = json!({"branch_id": branch["branch_id"], "message": "Nothing new."});
+    assert_eq!(ok(&call(&agent, "branch_return", plain).await)["memory_extracted"], false);
+    let branch = create(&agent, "s", "Check the export job again", 8192).await;
+    let empty = json!({"branch_id": branch["branch_id"], "message": "", "extract_memory": true});
+    assert_eq!(ok(&call(&agent, "branch_return", empty).await)["memory_extracted"], false);
+}
+
+/// With the memory off, `extract_memory` is ignored: the return answers
+/// `memory_extracted: false` and nothing is queued (it still needs the
+/// scope).
+async fn returns_keep_no_lesson_when_the_memory_is_off(backend: Backend) {
+    let gw = TestGateway::start_with(backend, |c| c.memory.enabled = false).await;
+    let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Legacy).await;
+    let branch = Value::Object(ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "s", "description": "Find why the export times out"}),
+    )
+    .await));
+    let ret = json!({"branch_id": branch["branch_id"], "message": "Use a cursor.",
+                     "extract_memory": true});
+    let returned = ok(&call(&agent, "branch_return", ret).await);
+    assert_eq!(
+        (returned["status"].as_str(), returned["memory_extracted"].as_bool()),
+        (Some("completed"), Some(false))
+    );
+    let store = gw.db.connect().await;
+    let now = chrono::Utc::now();
+    let queued = store.claim_extractions(now, now, 10).await.unwrap();
+    assert!(queued.is_empty(), "{queued:?}");
+    store.close().await;
 }
 
 async fn memory_arguments_and_scopes_are_checked(backend: Backend) {

@@ -98,6 +98,25 @@ async fn ended_runs_are_distilled_into_lessons_that_later_branches_get(backend: 
     let distilled =
         crate::telemetry::sample(&samples, "foldgate_memory_distillations_total", &done);
     assert_eq!(distilled.map(|s| s.value), Some(2.0));
+    // Distilling is billed to the tenant like the runs, and told apart.
+    let billed = |purpose, kind| {
+        let labels = [("tenant", "acme"), ("purpose", purpose), ("gen_ai_token_type", kind)];
+        crate::telemetry::sample(&samples, "gen_ai_client_token_usage_sum", &labels)
+            .map(|s| s.value)
+    };
+    assert_eq!(billed("distill", "input"), Some(1_800.0), "two distillations of 900");
+    assert_eq!(billed("distill", "output"), Some(160.0));
+    assert_eq!(billed("run", "input"), Some(600.0), "the refused run was billed nothing");
+    let store = gw.db.connect().await;
+    let acme = foldgate_domain::TenantId::parse("acme").unwrap();
+    let bills = store.model_usage(&acme).await.unwrap();
+    assert_eq!(bills.len(), 1, "{bills:?}");
+    let usage = |u: foldgate_store::ModelUsage| (u.calls, u.input_tokens, u.output_tokens);
+    assert_eq!(bills[0].model, "default");
+    assert_eq!(usage(bills[0].runs), (1, 600, 20));
+    assert_eq!(usage(bills[0].distillation), (2, 1_800, 160));
+    assert_eq!(usage(bills[0].total()), (3, 2_400, 180));
+    store.close().await;
 
     // A later related branch starts with them; an unrelated one and
     // another tenant get nothing.
