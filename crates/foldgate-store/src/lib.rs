@@ -40,7 +40,10 @@ pub use connect::{
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
-pub use memory::{Distillation, MemoryQuery, MemoryStore, NewMemory, Ranked};
+pub use memory::{
+    Distillation, MemoryQuery, MemoryStore, MemoryVectors, NewMemory, Ranked, TenantScope,
+    VectorsVersion,
+};
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,

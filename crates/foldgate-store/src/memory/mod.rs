@@ -1,5 +1,6 @@
 //! The reasoning memory as the store keeps it: items per tenant, ranked by
-//! full text (Postgres `tsvector` with a GIN index, SQLite FTS5 with bm25).
+//! full text (Postgres `tsvector` with a GIN index, SQLite FTS5 with bm25),
+//! and their vectors for ranking by embeddings ([`MemoryVectors`]).
 //!
 //! Text reaches this module scrubbed and screened; the store only keeps it,
 //! ranks it, and moves its counts and confidence in single statements.
@@ -182,6 +183,10 @@ macro_rules! memory_columns {
          session_id, branch_id, flagged, uses, helpful, unhelpful, created_at, last_used_at"
     };
 }
+
+// After the macro, which it uses.
+mod vectors;
+pub use self::vectors::{MemoryVectors, TenantScope, VectorsVersion};
 
 /// How a backend's full-text query says "any of these terms" (each term
 /// quoted with the separator's first character).

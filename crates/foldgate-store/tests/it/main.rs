@@ -5,3 +5,4 @@ mod charging;
 mod memory;
 mod metrics;
 mod retrieval;
+mod vectors;
