@@ -22,8 +22,9 @@ pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use memory::{
-    Found, Injection, MemoryBank, MemoryConfig, MemoryMetrics, MemoryRetention, MemoryUses,
-    RecordMemory, Screen, ScreenSetupError,
+    BACKFILL_BATCH, EmbedError, Embedder, EmbeddingFailed, Found, Injection, MemoryBank,
+    MemoryConfig, MemoryEmbedding, MemoryMetrics, MemoryRetention, MemoryUses, RRF_K, RecordMemory,
+    Screen, ScreenSetupError, reciprocal_rank_fusion,
 };
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{

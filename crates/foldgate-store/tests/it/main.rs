@@ -4,5 +4,4 @@
 mod charging;
 mod memory;
 mod metrics;
-mod retrieval;
 mod vectors;
