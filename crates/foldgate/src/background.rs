@@ -6,11 +6,16 @@ use std::{sync::Arc, time::Duration};
 use foldgate_background::{
     Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
 };
-use foldgate_engine::{FoldingService, MemoryBank, MemoryRetention, MemoryUses, StoreGauges};
+use foldgate_engine::{
+    FoldingService, MemoryBank, MemoryEmbedding, MemoryRetention, MemoryUses, StoreGauges,
+};
 use serde_json::json;
 
 /// How often the memory's retention runs.
 const MEMORY_RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// How often the memory's items without a vector are looked for.
+const MEMORY_EMBED_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How often usage outside branches is written to the database.
 const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
@@ -49,8 +54,9 @@ pub(crate) fn register_store_tasks(
     driver.register(gauge_def, gauges);
 }
 
-/// Registers the memory's tasks: retention (once at start, then hourly)
-/// and the use counts (every few seconds, and once more at shutdown).
+/// Registers the memory's tasks: retention (once at start, then hourly),
+/// the use counts (every few seconds, and once more at shutdown) and, with
+/// an embeddings model, the backfill of vectors (at start, then every 30 s).
 pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>) {
     let def =
         TaskDef::new("memory_retention", StopOrder::SUPERVISOR).period(MEMORY_RETENTION_INTERVAL);
@@ -59,4 +65,8 @@ pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>)
         .period(USAGE_FLUSH_INTERVAL)
         .on_stop(OnStop::LastPass);
     driver.register(def, MemoryUses(Arc::clone(bank)));
+    if bank.embeds() {
+        let def = TaskDef::new("memory_embed", StopOrder::SUPERVISOR).period(MEMORY_EMBED_INTERVAL);
+        driver.register(def, MemoryEmbedding::new(Arc::clone(bank)));
+    }
 }

@@ -5,8 +5,9 @@
 //! the next query checks, with one cheap statement, whether vectors were
 //! written since ([`VectorsVersion`]), and reads them all again only if
 //! they were. A vector this replica writes marks the tenant's entry for
-//! that check at once. So a lesson embedded by another replica joins the
-//! ranking by embeddings within `ttl` (it is found by full text at once);
+//! that check at once (as does a read or check that was under way
+//! meanwhile). So a lesson embedded by another replica joins the ranking by
+//! embeddings within `ttl` (it is found by full text at once);
 //! a deleted lesson's vector may linger as long, but ranking only ever
 //! returns lessons still in the database. Entries are bounded in bytes,
 //! the least recently used going first. One read per tenant at a time:
@@ -15,7 +16,10 @@
 use std::{
     collections::HashMap,
     fmt,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -49,6 +53,9 @@ pub struct VectorCache {
     ttl: Duration,
     max_bytes: usize,
     inner: Mutex<Inner>,
+    /// Counts the vectors this replica wrote: a read that saw it change
+    /// may have missed one, so what it read is checked before its next use.
+    writes: AtomicU64,
 }
 
 impl fmt::Debug for VectorCache {
@@ -65,7 +72,7 @@ impl fmt::Debug for VectorCache {
 
 impl VectorCache {
     pub fn new(ttl: Duration, max_bytes: usize) -> Self {
-        Self { ttl, max_bytes, inner: Mutex::new(Inner::default()) }
+        Self { ttl, max_bytes, inner: Mutex::new(Inner::default()), writes: AtomicU64::new(0) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -106,6 +113,7 @@ impl VectorCache {
     /// Marks the tenant's vectors from `model` for a check before their
     /// next use (this replica wrote one).
     pub fn touched(&self, tenant: &TenantId, model: &str) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
         if let Some(entry) = self.lock().entries.get_mut(&(tenant.clone(), model.to_owned())) {
             entry.checked = None;
         }
@@ -128,25 +136,34 @@ impl VectorCache {
             return Ok(vectors);
         }
         let (tenant, model) = key;
+        let writes = self.writes.load(Ordering::SeqCst);
         let version = store.memory_vectors_version(tenant, model).await?;
         {
             let mut inner = self.lock();
             if let Some(entry) = inner.entries.get_mut(key)
                 && entry.version == version
             {
-                entry.checked = Some(Instant::now());
+                if self.writes.load(Ordering::SeqCst) == writes {
+                    entry.checked = Some(Instant::now());
+                }
                 return Ok(Arc::clone(&entry.vectors));
             }
         }
         // Read after the version: a vector written in between is read and
         // makes the next check read again, never the other way round.
         let vectors = Arc::new(Vectors::new(store.memory_vectors(tenant, model).await?));
-        self.put(key.clone(), Entry { vectors: Arc::clone(&vectors), version, checked: None });
+        let missed = self.writes.load(Ordering::SeqCst) != writes;
+        self.put(
+            key.clone(),
+            Entry { vectors: Arc::clone(&vectors), version, checked: None },
+            !missed,
+        );
         Ok(vectors)
     }
 
-    /// Keeps an entry, within the bound, freshly checked.
-    fn put(&self, key: Key, mut entry: Entry) {
+    /// Keeps an entry, within the bound: freshly checked, or to be checked
+    /// before its next use.
+    fn put(&self, key: Key, mut entry: Entry, fresh: bool) {
         let size = entry.vectors.bytes();
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(&key) {
@@ -158,7 +175,7 @@ impl VectorCache {
                 "a tenant's vectors exceed memory.embeddings_cache_mib; they are read for every query");
             return;
         }
-        entry.checked = Some(Instant::now());
+        entry.checked = fresh.then(Instant::now);
         inner.bytes += size;
         inner.entries.insert(key, entry);
         while inner.bytes > self.max_bytes {
@@ -187,17 +204,20 @@ mod tests {
         let one = entry(1).vectors.bytes();
         let cache = VectorCache::new(Duration::from_secs(60), one * 5);
         let key = |t: &str| (TenantId::parse(t).unwrap(), "m".to_owned());
-        cache.put(key("a"), entry(2));
-        cache.put(key("b"), entry(2));
+        cache.put(key("a"), entry(2), true);
+        cache.put(key("b"), entry(2), true);
         assert!(cache.fresh(&key("a")).is_some(), "a is now the most recently used");
-        cache.put(key("c"), entry(2));
+        cache.put(key("c"), entry(2), true);
         assert!(cache.fresh(&key("b")).is_none(), "b went first");
         assert!(cache.fresh(&key("a")).is_some() && cache.fresh(&key("c")).is_some());
         assert_eq!(cache.lock().bytes, one * 4);
-        cache.put(key("big"), entry(6));
+        cache.put(key("big"), entry(6), true);
         assert!(cache.fresh(&key("big")).is_none(), "larger than the bound: not kept");
         assert_eq!(cache.lock().bytes, one * 4, "and nothing else went for it");
         cache.touched(&key("a").0, "m");
         assert!(cache.fresh(&key("a")).is_none(), "touched: checked before its next use");
+        cache.put(key("d"), entry(1), false);
+        assert!(cache.fresh(&key("d")).is_none(), "kept, to be checked before its next use");
+        assert!(cache.lock().entries.contains_key(&key("d")));
     }
 }
