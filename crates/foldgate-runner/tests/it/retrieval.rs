@@ -87,8 +87,11 @@ async fn ranking_on_the_labelled_set(backend: Backend) {
     let server = ModelServer::start().await;
     let hashing = embeddings_model(&server.base_url(), "hashing-512", None);
     let f = hybrid(&store, &set, &ids, &hashing, backend).await;
-    assert!(f.precision >= 0.0, "hybrid precision@5 {:.3}", f.precision);
-    assert!(f.recall >= 0.0, "hybrid recall@10 {:.3}", f.recall);
+    // Measured 0.684 and 0.791 on Postgres, 0.686 and 0.811 on SQLite: a
+    // hashing embedder ties words by spelling alone, so it adds little to
+    // full text here; a real model does (docs/memory.md).
+    assert!(f.precision >= 0.66, "hybrid precision@5 {:.3}", f.precision);
+    assert!(f.recall >= 0.77, "hybrid recall@10 {:.3}", f.recall);
 
     if let Ok(url) = std::env::var("FOLDGATE_EVAL_EMBEDDINGS_URL") {
         let model = std::env::var("FOLDGATE_EVAL_EMBEDDINGS_MODEL")
