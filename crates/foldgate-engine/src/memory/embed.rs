@@ -148,17 +148,24 @@ pub const QUERY_CACHE_ENTRIES: usize = 1_024;
 /// Query vectors this replica computed, by a keyed hash of the tenant, the
 /// model and the text (the keys are random per process, so no one can
 /// choose a text to collide with another's), least recently used first out.
+/// Queries of the same text at once make one call: the others wait for it.
 #[derive(Debug)]
 pub struct QueryCache {
     hasher: std::hash::RandomState,
     entries: Mutex<LruCache<u64, Arc<Vec<f32>>>>,
+    /// One call at a time per key.
+    calls: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// How many keys' gates are kept before those no one holds are dropped.
+const GATES: usize = 64;
 
 impl QueryCache {
     pub fn new(capacity: usize) -> Self {
         Self {
             hasher: std::hash::RandomState::new(),
             entries: Mutex::new(LruCache::new(capacity.max(1))),
+            calls: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,6 +179,15 @@ impl QueryCache {
 
     pub fn put(&self, key: u64, vector: Arc<Vec<f32>>) {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner).insert(key, vector);
+    }
+
+    /// What a caller about to ask the model for `key` holds meanwhile.
+    pub fn gate(&self, key: u64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if calls.len() >= GATES {
+            calls.retain(|_, gate| Arc::strong_count(gate) > 1);
+        }
+        Arc::clone(calls.entry(key).or_default())
     }
 }
 

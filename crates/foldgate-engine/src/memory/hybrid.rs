@@ -357,6 +357,13 @@ impl MemoryBank {
             self.metrics.query_vector(true);
             return Ok(vector);
         }
+        // The same text asked at once: one call, the others wait for it.
+        let gate = embedding.queries.gate(key);
+        let _one_call = gate.lock().await;
+        if let Some(vector) = embedding.queries.get(key) {
+            self.metrics.query_vector(true);
+            return Ok(vector);
+        }
         self.metrics.query_vector(false);
         let mut vectors = embedding
             .embedder

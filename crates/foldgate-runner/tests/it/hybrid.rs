@@ -117,6 +117,15 @@ async fn hybrid_ranking_finds_what_full_text_misses(backend: Backend) {
     let before = env.server.embedding_requests().len();
     assert_eq!(titles(&hybrid, &env.alice, morphology).await, [VACUUM.0]);
     assert_eq!(env.server.embedding_requests().len(), before);
+    // The same query asked at once makes one call.
+    env.server.embeddings_delay(Some(Duration::from_millis(100)));
+    let before = env.server.embedding_requests().len();
+    let searches = (0..8).map(|_| titles(&hybrid, &env.alice, "autovacuum on postgres"));
+    for found in futures::future::join_all(searches).await {
+        assert_eq!(found, [VACUUM.0]);
+    }
+    assert_eq!(env.server.embedding_requests().len(), before + 1);
+    env.server.embeddings_delay(None);
     // The kind filter applies to what vectors bring too.
     let pitfalls = hybrid.search(&env.alice, morphology, Some(MemoryKind::Pitfall), 10).await;
     assert!(pitfalls.unwrap().is_empty());
