@@ -22,8 +22,9 @@ pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
 pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use memory::{
-    ExtractPass, Found, Injection, MemoryBank, MemoryConfig, MemoryExtract, MemoryMetrics,
-    MemoryRetention, MemoryUses, RecordMemory, Screen, ScreenSetupError,
+    BACKFILL_BATCH, EmbedError, Embedder, EmbeddingFailed, ExtractPass, Found, Injection,
+    MemoryBank, MemoryConfig, MemoryEmbedding, MemoryExtract, MemoryMetrics, MemoryRetention,
+    MemoryUses, RRF_K, RecordMemory, Screen, ScreenSetupError, reciprocal_rank_fusion,
 };
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{

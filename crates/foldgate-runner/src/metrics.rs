@@ -59,9 +59,10 @@ impl Purpose {
 ///   branch's final status.
 /// - `foldgate.run.active`: runs being worked on by this replica.
 /// - `foldgate.run.steps{model, kind}`: steps written (`model`, `tool`).
-/// - `gen_ai.client.operation.duration{gen_ai.provider.name,
-///   gen_ai.request.model, model, error.type}` (seconds): each attempt of
-///   a model call.
+/// - `gen_ai.client.operation.duration{gen_ai.operation.name,
+///   gen_ai.provider.name, gen_ai.request.model, model, error.type}`
+///   (seconds): each attempt of a model call (`chat`), and each call of an
+///   embeddings model (`embeddings`).
 /// - `gen_ai.client.token.usage{tenant, gen_ai.provider.name,
 ///   gen_ai.request.model, model, gen_ai.token.type, purpose}` (histogram):
 ///   tokens the provider billed for each call (`input`, `output`), made for
@@ -168,8 +169,30 @@ impl RunMetrics {
 
 impl AttemptObserver for RunMetrics {
     fn attempt(&self, model: &ModelConfig, duration: Duration, fault: Option<FaultKind>) {
+        self.operation("chat", model, duration, fault);
+    }
+}
+
+impl RunMetrics {
+    /// One call of an embeddings model.
+    pub(crate) fn embeddings(
+        &self,
+        model: &ModelConfig,
+        duration: Duration,
+        fault: Option<FaultKind>,
+    ) {
+        self.operation("embeddings", model, duration, fault);
+    }
+
+    fn operation(
+        &self,
+        operation: &'static str,
+        model: &ModelConfig,
+        duration: Duration,
+        fault: Option<FaultKind>,
+    ) {
         let mut attributes = model_attributes(model);
-        attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
+        attributes.push(KeyValue::new("gen_ai.operation.name", operation));
         if let Some(kind) = fault {
             attributes.push(KeyValue::new("error.type", kind.as_str()));
             self.errors.add(

@@ -41,8 +41,8 @@ pub use connect::{
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};
 pub use memory::{
-    DistillOutcome, Distillation, DistillationEnd, Extraction, MemoryQuery, MemoryStore, NewMemory,
-    Ranked,
+    DistillOutcome, Distillation, DistillationEnd, Extraction, MemoryQuery, MemoryStore,
+    MemoryVectors, NewMemory, Ranked, TenantScope, VectorsVersion,
 };
 pub use postgres::{PgStore, Postgres};
 pub use requests::{

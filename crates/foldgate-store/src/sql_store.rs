@@ -63,6 +63,8 @@ where
     f64: Value<D::DB>,
     bool: Value<D::DB>,
     Uuid: Value<D::DB>,
+    Vec<u8>: Value<D::DB>,
+    Option<String>: Value<D::DB>,
     DateTime<Utc>: Value<D::DB>,
 {
     async fn create_branch(

@@ -7,7 +7,8 @@ use foldgate_background::{
     Activation, BackgroundTask, BoxFuture, Driver, OnStop, StopOrder, TaskDef,
 };
 use foldgate_engine::{
-    FoldingService, MemoryBank, MemoryExtract, MemoryRetention, MemoryUses, StoreGauges,
+    FoldingService, MemoryBank, MemoryEmbedding, MemoryExtract, MemoryRetention, MemoryUses,
+    StoreGauges,
 };
 use serde_json::json;
 
@@ -17,6 +18,8 @@ const MEMORY_RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
 /// How often the lessons queued by returns are looked for (a return of this
 /// replica that queues one wakes the task at once).
 const MEMORY_EXTRACT_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the memory's items without a vector are looked for.
+const MEMORY_EMBED_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How often usage outside branches is written to the database.
 const USAGE_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
@@ -56,9 +59,10 @@ pub(crate) fn register_store_tasks(
 }
 
 /// Registers the memory's tasks: retention (once at start, then hourly),
-/// the use counts (every few seconds, and once more at shutdown) and the
+/// the use counts (every few seconds, and once more at shutdown), the
 /// lessons queued by returns (every few seconds, and when a return queues
-/// one).
+/// one) and, with an embeddings model, the backfill of vectors (at start,
+/// then every 30 s).
 pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>) {
     let def =
         TaskDef::new("memory_retention", StopOrder::SUPERVISOR).period(MEMORY_RETENTION_INTERVAL);
@@ -71,4 +75,8 @@ pub(crate) fn register_memory_tasks(driver: &mut Driver, bank: &Arc<MemoryBank>)
         .period(MEMORY_EXTRACT_INTERVAL)
         .trigger(bank.extract_activator());
     driver.register(def, MemoryExtract(Arc::clone(bank)));
+    if bank.embeds() {
+        let def = TaskDef::new("memory_embed", StopOrder::SUPERVISOR).period(MEMORY_EMBED_INTERVAL);
+        driver.register(def, MemoryEmbedding::new(Arc::clone(bank)));
+    }
 }

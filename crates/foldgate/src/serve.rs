@@ -112,6 +112,11 @@ pub async fn start(
         config.folding.clone(),
     )
     .with_metrics(EngineMetrics::new(&meter));
+    // Nothing is contacted here; the memory ranks with the embeddings
+    // models among them.
+    let models = foldgate_runner::Models::new(&config.models, |var| std::env::var(var).ok())
+        .map_err(anyhow::Error::msg)?;
+    let run_metrics = foldgate_runner::RunMetrics::new(&meter);
     if config.memory.enabled {
         let screen = config.memory.screen().context("loading the memory's injection screen")?;
         let bank = MemoryBank::new(
@@ -123,6 +128,10 @@ pub async fn start(
             config.memory.clone(),
         )
         .with_metrics(MemoryMetrics::new(&meter));
+        let bank = match models.embedder(run_metrics.clone()) {
+            Some(embedder) => bank.with_embedder(embedder),
+            None => bank,
+        };
         let bank = Arc::new(bank);
         background::register_memory_tasks(&mut driver, &bank);
         service = service.with_memory(bank);
@@ -165,8 +174,6 @@ pub async fn start(
             .map_err(anyhow::Error::msg)?;
     metrics::observe_upstreams(&meter, &upstreams);
     upstreams.register(&mut driver);
-    let models = foldgate_runner::Models::new(&config.models, |var| std::env::var(var).ok())
-        .map_err(anyhow::Error::msg)?;
     // Stopped after the servers, so that runs whose callers are still
     // waiting go on during the grace period; then each run gives its lease
     // up, for another replica to take it over at once.
@@ -176,7 +183,7 @@ pub async fn start(
         Arc::clone(&upstreams),
         models,
         config.runner,
-        foldgate_runner::RunMetrics::new(&meter),
+        run_metrics,
         runs_stop.clone(),
     );
     runner.register(&mut driver);

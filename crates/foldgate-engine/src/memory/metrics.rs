@@ -30,6 +30,17 @@ pub struct MemoryMetrics {
     /// `foldgate.memory.extractions{tenant, outcome}`: returns kept as
     /// lessons (`extract_memory`): `done`, `retry`, `failed` (given up).
     extractions: Counter<u64>,
+    /// `foldgate.memory.embedding.fallbacks{tenant, reason}`: searches and
+    /// injections ranked by full text alone although an embeddings model
+    /// serves the tenant (`timeout`, `model`, `store`, `error`).
+    fallbacks: Counter<u64>,
+    /// `foldgate.memory.embedding.queries{cache}`: query vectors, from this
+    /// replica's cache (`hit`) or the model (`miss`).
+    queries: Counter<u64>,
+    /// `foldgate.memory.embedding.items{via, outcome}`: items embedded
+    /// right after they were stored (`record`) or by the backfill
+    /// (`backfill`): `embedded`, `failed`, or `deferred` to the backfill.
+    embedded: Counter<u64>,
 }
 
 fn tenant(t: &TenantId) -> KeyValue {
@@ -82,6 +93,23 @@ impl MemoryMetrics {
                 .with_description("Returns kept as lessons (extract_memory), by outcome")
                 .with_unit("{branch}")
                 .build(),
+            fallbacks: meter
+                .u64_counter("foldgate.memory.embedding.fallbacks")
+                .with_description(
+                    "Memory queries ranked by full text alone because ranking by embeddings failed",
+                )
+                .with_unit("{query}")
+                .build(),
+            queries: meter
+                .u64_counter("foldgate.memory.embedding.queries")
+                .with_description("Query vectors for memory ranking, by whether they were cached")
+                .with_unit("{query}")
+                .build(),
+            embedded: meter
+                .u64_counter("foldgate.memory.embedding.items")
+                .with_description("Lessons embedded, by when and how it went")
+                .with_unit(lessons)
+                .build(),
         }
     }
 
@@ -127,5 +155,18 @@ impl MemoryMetrics {
     /// again once its hold lapses) or `failed` (given up).
     pub(super) fn extraction(&self, who: &TenantId, outcome: &'static str) {
         self.extractions.add(1, &[tenant(who), KeyValue::new("outcome", outcome)]);
+    }
+
+    pub(super) fn embedding_fallback(&self, who: &TenantId, reason: &'static str) {
+        self.fallbacks.add(1, &[tenant(who), KeyValue::new("reason", reason)]);
+    }
+
+    pub(super) fn query_vector(&self, cached: bool) {
+        self.queries.add(1, &[KeyValue::new("cache", if cached { "hit" } else { "miss" })]);
+    }
+
+    pub(super) fn embedded(&self, via: &'static str, outcome: &'static str, items: usize) {
+        let attributes = [KeyValue::new("via", via), KeyValue::new("outcome", outcome)];
+        self.embedded.add(u64::try_from(items).unwrap_or(u64::MAX), &attributes);
     }
 }

@@ -11,7 +11,6 @@
 use std::{
     collections::HashMap,
     fmt::Debug,
-    path::PathBuf,
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -20,20 +19,28 @@ use foldgate_domain::{
     BranchKind, Confidence, InvalidInput, MemoryId, MemoryItem, MemoryKind, MemorySource,
     Principal, Provenance, TenantId, Tokens,
 };
-use foldgate_scrub::{InjectionLoadError, InjectionRules};
-use foldgate_store::{MemoryQuery, NewMemory, Ranked, Store};
-use serde::Deserialize;
+use foldgate_scrub::InjectionRules;
+use foldgate_store::{NewMemory, Store};
 
 use crate::{Clock, FoldError, Scrubber, TokenCounter};
 
+mod config;
+mod embed;
 mod extract;
+mod hybrid;
 mod metrics;
 mod record;
 mod tasks;
-pub use self::extract::ExtractPass;
-pub use self::metrics::MemoryMetrics;
-pub use self::record::RecordMemory;
-pub use self::tasks::{MemoryExtract, MemoryRetention, MemoryUses};
+mod vector_cache;
+pub use self::{
+    config::{MemoryConfig, ScreenSetupError},
+    embed::{EmbedError, Embedder, RRF_K, reciprocal_rank_fusion},
+    extract::ExtractPass,
+    hybrid::{BACKFILL_BATCH, EmbeddingFailed},
+    metrics::MemoryMetrics,
+    record::RecordMemory,
+    tasks::{MemoryEmbedding, MemoryExtract, MemoryRetention, MemoryUses},
+};
 
 /// Checks text for prompt injection.
 pub trait Screen: Send + Sync + Debug {
@@ -45,120 +52,6 @@ impl Screen for InjectionRules {
     fn screen(&self, text: &str) -> Vec<String> {
         InjectionRules::screen(self, text).rule_ids().map(str::to_owned).collect()
     }
-}
-
-/// `[memory]`: the reasoning memory.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MemoryConfig {
-    /// Whether the memory tools are offered and lessons injected at all.
-    pub enabled: bool,
-    /// Whether `branch_create` and `branch_run` inject lessons when the
-    /// caller does not say (`inject_memories`).
-    pub inject_by_default: bool,
-    /// The share of a branch's budget that injected lessons may take.
-    pub injection_budget_ratio: f64,
-    /// Items below this confidence are not injected.
-    pub memory_min_confidence: f64,
-    /// The most items injected into one branch.
-    pub memory_max_items: u32,
-    /// How many distinct terms (stemmed, stop words aside) an item must
-    /// share with a task or a search to count as related (or all of them,
-    /// when the query has fewer).
-    pub memory_min_matched_terms: u32,
-    /// The confidence an agent's own item starts from.
-    pub recorded_confidence: f64,
-    /// Whether items the injection screen flagged may still be injected
-    /// and found (not recommended).
-    pub inject_flagged: bool,
-    /// The tenants whose gateway-run branches are distilled into lessons
-    /// when they end, by the branch's own model (`"*"`: every tenant).
-    /// None by default: each distillation is a model call the operator
-    /// pays for.
-    pub distill_tenants: Vec<String>,
-    /// Retention: the most items a tenant keeps (the oldest go first).
-    pub max_items_per_tenant: u64,
-    /// Retention: items older than this many days are deleted.
-    pub max_age_days: u32,
-    /// A TOML file of injection-screen rules added to the built-in ones
-    /// (`[[rules]]` with `id`, `description`, `regex`).
-    pub screen_rules_file: Option<PathBuf>,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            inject_by_default: false,
-            injection_budget_ratio: 0.2,
-            memory_min_confidence: 0.7,
-            memory_max_items: 10,
-            memory_min_matched_terms: 3,
-            recorded_confidence: 0.5,
-            inject_flagged: false,
-            distill_tenants: Vec::new(),
-            max_items_per_tenant: 10_000,
-            max_age_days: 365,
-            screen_rules_file: None,
-        }
-    }
-}
-
-impl MemoryConfig {
-    /// Checks the settings, naming the first one that is wrong.
-    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
-        let share = |name: &str, v: f64| {
-            if (0.0..=1.0).contains(&v) {
-                Ok(())
-            } else {
-                Err(foldgate_domain::ConfigError::new(format!(
-                    "{name} must be from 0 to 1, got {v}"
-                )))
-            }
-        };
-        share("injection_budget_ratio", self.injection_budget_ratio)?;
-        share("memory_min_confidence", self.memory_min_confidence)?;
-        share("recorded_confidence", self.recorded_confidence)?;
-        if self.memory_min_matched_terms == 0 {
-            return Err("memory_min_matched_terms must be at least 1".into());
-        }
-        if self.memory_max_items > 100 {
-            return Err("memory_max_items must be at most 100".into());
-        }
-        if self.max_items_per_tenant == 0 || self.max_age_days == 0 {
-            return Err("max_items_per_tenant and max_age_days must be above 0".into());
-        }
-        Ok(())
-    }
-}
-
-impl MemoryConfig {
-    /// Whether `tenant`'s gateway-run branches are distilled.
-    pub fn distills(&self, tenant: &TenantId) -> bool {
-        self.enabled && self.distill_tenants.iter().any(|t| t == "*" || t == tenant.as_str())
-    }
-
-    /// The injection screen: the built-in rules, and the operator's file.
-    pub fn screen(&self) -> Result<Arc<dyn Screen>, ScreenSetupError> {
-        let rules = match &self.screen_rules_file {
-            None => InjectionRules::builtin()?,
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ScreenSetupError::Read(path.clone(), e))?;
-                InjectionRules::with_operator_rules(&text)?
-            }
-        };
-        Ok(Arc::new(rules))
-    }
-}
-
-/// The injection screen could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum ScreenSetupError {
-    #[error("reading memory.screen_rules_file {0:?}: {1}")]
-    Read(PathBuf, #[source] std::io::Error),
-    #[error("memory.screen_rules_file: {0}")]
-    Rules(#[from] InjectionLoadError),
 }
 
 /// An item found for a query, and whether it may be injected.
@@ -198,6 +91,8 @@ pub struct MemoryBank {
     uses: Mutex<HashMap<TenantId, HashMap<MemoryId, u64>>>,
     /// Wakes the extractor (`memory_extract`) when a return queued a lesson.
     extract_wake: Activator,
+    /// Ranking by embeddings, when a model is configured.
+    embedding: Option<Arc<hybrid::Embedding>>,
 }
 
 /// How injected lessons open, so the model knows what they are and where
@@ -225,6 +120,7 @@ impl MemoryBank {
             metrics: MemoryMetrics::noop(),
             uses: Mutex::new(HashMap::new()),
             extract_wake: Activator::new(),
+            embedding: None,
         }
     }
 
@@ -296,6 +192,7 @@ impl MemoryBank {
     /// Counts and logs an item that was stored.
     pub fn kept(&self, stored: &MemoryItem) {
         self.metrics.stored(stored);
+        self.embed_later(stored);
         let tenant = &stored.provenance.tenant;
         if stored.flagged.is_empty() {
             tracing::info!(%tenant, memory_id = %stored.id, kind = %stored.kind,
@@ -317,10 +214,7 @@ impl MemoryBank {
         limit: u32,
     ) -> Result<Vec<Found>, FoldError> {
         let ranked = self.ranked(who, text, kind, 0.0, limit).await?;
-        Ok(ranked
-            .into_iter()
-            .map(|Ranked { item, .. }| Found { trusted: self.trusted(&item), item })
-            .collect())
+        Ok(ranked.into_iter().map(|item| Found { trusted: self.trusted(&item), item }).collect())
     }
 
     /// Counts a use of an item as helpful or not. `MemoryNotFound` for
@@ -382,7 +276,7 @@ impl MemoryBank {
         // apart, but rarely a token less).
         let mut parts: Vec<(MemoryItem, String)> = Vec::new();
         let mut estimate = self.tokens.count(INJECTION_HEADER);
-        for Ranked { item, .. } in ranked {
+        for item in ranked {
             let line = format!("\n{}", render(&item));
             let tokens = self.tokens.count(&line);
             if estimate + tokens > room {
@@ -463,27 +357,6 @@ impl MemoryBank {
             tracing::info!(pruned, "memory items past retention deleted");
         }
         Ok(pruned)
-    }
-
-    /// The tenant's items related to `text`, best first, as the settings
-    /// say what is related and whether flagged items count.
-    async fn ranked(
-        &self,
-        who: &Principal,
-        text: &str,
-        kind: Option<MemoryKind>,
-        min_confidence: f64,
-        limit: u32,
-    ) -> Result<Vec<Ranked>, FoldError> {
-        let query = MemoryQuery {
-            text: text.to_owned(),
-            kind,
-            min_confidence,
-            include_flagged: self.config.inject_flagged,
-            min_matched_terms: self.config.memory_min_matched_terms,
-            limit,
-        };
-        Ok(self.store.search_memories(&who.tenant, &query).await?)
     }
 
     fn trusted(&self, item: &MemoryItem) -> bool {

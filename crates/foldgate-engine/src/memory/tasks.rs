@@ -1,9 +1,10 @@
-//! The memory's tasks on the background driver: use counts, retention and
-//! the lessons kept from returns.
+//! The memory's tasks on the background driver: use counts, retention,
+//! the lessons kept from returns and the embedding backfill.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use foldgate_background::{Activation, BackgroundTask, BoxFuture, Next};
+use foldgate_domain::{MemoryId, TenantId};
 
 use super::{MemoryBank, extract::BATCH};
 
@@ -66,6 +67,37 @@ impl BackgroundTask for MemoryExtract {
                 Err(e) => {
                     tracing::warn!(error = %e,
                         "keeping returns as lessons failed; retried once their hold lapses");
+                    Activation::failed(e, serde_json::json!({}))
+                }
+            }
+        })
+    }
+}
+
+/// Embeds the items that have no vector from the model serving their
+/// tenant, a bounded batch per pass, on the background driver
+/// (`memory_embed`). Any replica may run it: two that embed the same item
+/// write the same vector.
+#[derive(Debug)]
+pub struct MemoryEmbedding {
+    bank: Arc<MemoryBank>,
+    /// Where the last pass got to, per model.
+    cursors: HashMap<String, (TenantId, MemoryId)>,
+}
+
+impl MemoryEmbedding {
+    pub fn new(bank: Arc<MemoryBank>) -> Self {
+        Self { bank, cursors: HashMap::new() }
+    }
+}
+
+impl BackgroundTask for MemoryEmbedding {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.bank.backfill(&mut self.cursors).await {
+                Ok(embedded) => Activation::ok(serde_json::json!({"embedded": embedded})),
+                Err(e) => {
+                    tracing::warn!(error = %e, "embedding memory items failed; tried again later");
                     Activation::failed(e, serde_json::json!({}))
                 }
             }

@@ -60,8 +60,10 @@ pub struct ModelConfig {
     /// Ask for answers as server-sent events rather than one body.
     #[serde(default)]
     pub stream: bool,
-    /// An embeddings model (for memory retrieval), not a chat model: never
-    /// used by `branch_run`.
+    /// An embeddings model (`POST {base_url}/embeddings`, OpenAI's format),
+    /// for ranking the memory, not a chat model: never used by
+    /// `branch_run` or distillation. The first one serving a tenant ranks
+    /// its memory.
     #[serde(default)]
     pub embeddings: bool,
 }
@@ -121,6 +123,17 @@ impl ModelConfig {
         }
         if !(1..=3_600).contains(&self.timeout_seconds) {
             return Err("timeout_seconds must be between 1 and 3600".into());
+        }
+        if self.embeddings && self.provider != Provider::Openai {
+            return Err(format!(
+                "embeddings = true needs provider = \"openai\" (an OpenAI-compatible \
+                 /embeddings endpoint), not {:?}",
+                self.provider.as_str()
+            )
+            .into());
+        }
+        if self.embeddings && self.stream {
+            return Err("stream does not apply to an embeddings model: leave it out".into());
         }
         Ok(())
     }

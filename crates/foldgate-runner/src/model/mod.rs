@@ -23,9 +23,13 @@ use genai::{
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use self::config::{ModelConfig, Provider};
+pub use self::{
+    config::{ModelConfig, Provider},
+    embeddings::ModelEmbedder,
+};
 
 mod config;
+mod embeddings;
 
 /// A model's message history, as the runner builds it.
 #[derive(Debug, Clone)]

@@ -40,6 +40,11 @@ fn declarations_are_checked_and_keys_never_print() {
         (ModelConfig { max_output_tokens: 0, ..good.clone() }, "max_output_tokens"),
         (ModelConfig { timeout_seconds: 0, ..good.clone() }, "timeout_seconds"),
         (ModelConfig { timeout_seconds: 3_601, ..good.clone() }, "timeout_seconds"),
+        (
+            ModelConfig { provider: Provider::Anthropic, embeddings: true, ..good.clone() },
+            "embeddings = true needs provider = \"openai\"",
+        ),
+        (ModelConfig { stream: true, embeddings: true, ..good.clone() }, "stream"),
     ] {
         let err = bad.validate().unwrap_err();
         assert!(err.to_string().contains(why), "{why}: {err}");
@@ -77,6 +82,51 @@ fn tenants_see_their_models_first_one_default() {
     assert!(missing.contains("api_key"), "{missing}");
     let twice = Models::new(&[base.clone(), base], |_| Some("k".into())).unwrap_err();
     assert!(twice.contains("twice"), "{twice}");
+}
+
+#[test]
+fn the_first_embeddings_model_serving_a_tenant_serves_its_memory() {
+    use foldgate_store::TenantScope;
+    let t = |s: &str| TenantId::parse(s).unwrap();
+    let base = ModelConfig {
+        name: "chat".into(),
+        provider: Provider::Openai,
+        base_url: "http://127.0.0.1:1/v1".into(),
+        model: "gpt".into(),
+        api_key: None,
+        tenants: None,
+        max_output_tokens: 100,
+        timeout_seconds: 5,
+        stream: false,
+        embeddings: false,
+    };
+    let embed = |name: &str, model: &str, tenants: Option<&[&str]>| ModelConfig {
+        name: name.into(),
+        model: model.into(),
+        tenants: tenants.map(|list| list.iter().map(|s| (*s).to_owned()).collect()),
+        embeddings: true,
+        ..base.clone()
+    };
+    let none = Models::new(std::slice::from_ref(&base), |_| None).unwrap();
+    assert!(none.embedder(crate::RunMetrics::noop()).is_none(), "no embeddings model");
+    let configs = [
+        base.clone(),
+        embed("e1", "small", Some(&["acme"])),
+        embed("e2", "large", None),
+        embed("e3", "never", Some(&["globex"])),
+    ];
+    let models = Models::new(&configs, |_| None).unwrap();
+    let embedder = models.embedder(crate::RunMetrics::noop()).unwrap();
+    assert_eq!(embedder.model_for(&t("acme")), Some("small"));
+    assert_eq!(embedder.model_for(&t("globex")), Some("large"), "e2 comes before e3");
+    assert_eq!(
+        embedder.scopes(),
+        vec![
+            ("small".to_owned(), TenantScope { only: Some(vec![t("acme")]), except: vec![] }),
+            ("large".to_owned(), TenantScope { only: None, except: vec![t("acme")] }),
+        ],
+        "e3 serves no one: e2 serves every tenant before it"
+    );
 }
 
 fn toml_like(json: &str) -> ModelConfig {

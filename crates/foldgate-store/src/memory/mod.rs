@@ -1,5 +1,6 @@
 //! The reasoning memory as the store keeps it: items per tenant, ranked by
-//! full text (Postgres `tsvector` with a GIN index, SQLite FTS5 with bm25).
+//! full text (Postgres `tsvector` with a GIN index, SQLite FTS5 with bm25),
+//! and their vectors for ranking by embeddings ([`MemoryVectors`]).
 //!
 //! Text reaches this module scrubbed and screened; the store only keeps it,
 //! ranks it, and moves its counts and confidence in single statements.
@@ -200,6 +201,10 @@ macro_rules! memory_columns {
     };
 }
 pub(crate) use memory_columns;
+
+// After the macro, which it uses.
+mod vectors;
+pub use self::vectors::{MemoryVectors, TenantScope, VectorsVersion};
 
 /// How a backend's full-text query says "any of these terms" (each term
 /// quoted with the separator's first character).

@@ -31,6 +31,7 @@ async fn open(store: &dyn Store, tenant: &TenantId, session: &str, at: DateTime<
         prompt: "look".into(),
         budget: BudgetRequest::parse(None, &policy).unwrap(),
         prompt_tokens: 0,
+        lessons_tokens: 0,
         created_at: at,
         deadline_at: at + chrono::Duration::hours(1),
         rules: CreateRules { budget: policy, max_depth: 4, limits: Limits::default() },

@@ -5,4 +5,4 @@ mod charging;
 mod extract;
 mod memory;
 mod metrics;
-mod retrieval;
+mod vectors;

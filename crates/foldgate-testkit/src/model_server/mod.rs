@@ -6,6 +6,10 @@
 //! as JSON or as SSE when the request says `"stream": true` — closely enough
 //! that a real client library parses it as it would the real API.
 //!
+//! OpenAI's Embeddings API (`POST {base}embeddings`) is answered too, with
+//! deterministic vectors from a feature-hashing embedder
+//! ([`hashing_embedding`]); a test can make it slow or fail.
+//!
 //! Answers are scripted ahead of time. A request whose messages mention a
 //! marker takes the next reply scripted for that marker, so concurrent
 //! conversations that each carry their own marker text each get their own
@@ -42,12 +46,14 @@ use tokio::{
 };
 
 mod anthropic;
+mod embeddings;
 mod openai;
 mod reply;
 #[cfg(test)]
 mod tests;
 
 use anthropic::*;
+pub use embeddings::{HASHING_DIMS, hashing_embedding};
 use openai::*;
 pub use reply::{Reply, ToolCall, Usage};
 
@@ -83,6 +89,7 @@ impl ModelServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
+            .route("/v1/embeddings", post(embeddings::embeddings))
             .fallback(unknown_endpoint)
             .with_state(Arc::clone(&script));
         let serving = tokio::spawn(serve(listener, app));
@@ -240,6 +247,9 @@ struct Script {
     marked: Vec<(String, VecDeque<Reply>)>,
     unmarked: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
+    /// How the embeddings endpoint answers, and what it was asked.
+    embeddings: embeddings::EmbeddingsScript,
+    embedding_requests: Vec<RecordedRequest>,
     /// Requests answered so far; numbers response and request ids.
     answered: u64,
 }
@@ -335,7 +345,8 @@ async fn messages(State(script): State<Shared>, headers: HeaderMap, body: Bytes)
 /// A path neither API has, most often a base URL without its trailing slash.
 async fn unknown_endpoint(uri: Uri) -> Response {
     let body = format!(
-        "the model server serves POST /v1/chat/completions and POST /v1/messages, not {uri} \
+        "the model server serves POST /v1/chat/completions, POST /v1/messages and \
+         POST /v1/embeddings, not {uri} \
          (does the base URL end with a slash?)"
     );
     plain_response(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", body)

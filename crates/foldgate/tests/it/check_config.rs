@@ -130,3 +130,25 @@ fn refuses_a_model_declared_wrongly() {
         "{stderr}"
     );
 }
+
+#[test]
+fn refuses_an_embeddings_model_that_does_not_speak_openai() {
+    let toml = MODELS.replacen(
+        "provider = \"openai\"\nbase_url = \"http://127.0.0.1:8000/v1\"\nmodel = \"embed-model\"",
+        "provider = \"anthropic\"\nbase_url = \"http://127.0.0.1:8000/v1\"\nmodel = \"embed-model\"",
+        1,
+    );
+    assert_ne!(toml, MODELS);
+    let out = check_config(&toml, &[("LLM_API_KEY", "k"), ("FILES_TOKEN", "t")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"[[models]] "embed": embeddings = true needs provider = "openai""#),
+        "{stderr}"
+    );
+    let toml = format!("{MODELS}\n[memory]\nembeddings_timeout_ms = 0\n");
+    let out = check_config(&toml, &[("LLM_API_KEY", "k"), ("FILES_TOKEN", "t")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("embeddings_timeout_ms must be from 1 to 60000"), "{stderr}");
+}

@@ -19,6 +19,7 @@ on_both_backends!(
     returns_keep_no_lesson_when_the_memory_is_off,
     memory_arguments_and_scopes_are_checked,
     operators_list_and_delete_a_tenants_lessons,
+    lessons_are_ranked_by_embeddings_when_a_model_is_configured,
 );
 
 const MIGRATION_LESSON: &str = "Run CREATE INDEX CONCURRENTLY outside a transaction: sqlx \
@@ -420,6 +421,7 @@ async fn operators_list_and_delete_a_tenants_lessons(backend: Backend) {
         BranchId, Confidence, MemoryId, MemoryKind, MemorySource, Provenance, Subject, TenantId,
     };
     use foldgate_store::NewMemory;
+    use std::sync::Arc;
 
     let db = foldgate_testkit::TestDb::new(backend).await;
     let store = db.connect().await;
@@ -443,8 +445,14 @@ async fn operators_list_and_delete_a_tenants_lessons(backend: Backend) {
             at: chrono::Utc::now(),
         };
         store.insert_memory(&new).await.unwrap();
+        let tenant = &new.provenance.tenant;
+        assert!(store.put_memory_vector(tenant, new.id, "e", &[1.0, 0.0], new.at).await.unwrap());
         ids.push(new.id);
     }
+    let vectors = |tenant: &str| {
+        let (store, tenant) = (Arc::clone(&store), TenantId::parse(tenant).unwrap());
+        async move { store.memory_vectors(&tenant, "e").await.unwrap().len() }
+    };
     let foldgate = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
             .arg("memory")
@@ -472,6 +480,7 @@ async fn operators_list_and_delete_a_tenants_lessons(backend: Backend) {
     let (ok_, stdout, stderr) =
         foldgate(&["delete", "--tenant", "acme", "--id", &ids[0].to_string()]);
     assert!(ok_ && stdout.contains("deleted 1 lessons"), "{stdout} {stderr}");
+    assert_eq!(vectors("acme").await, 1, "its vector went with it");
     let (ok_, stdout, _) = foldgate(&["delete", "--tenant", "acme", "--id", &ids[2].to_string()]);
     assert!(ok_ && stdout.contains("deleted 0 lessons"), "another tenant's lesson: {stdout}");
     let (ok_, stdout, _) = foldgate(&["delete", "--tenant", "acme", "--all"]);
@@ -480,10 +489,82 @@ async fn operators_list_and_delete_a_tenants_lessons(backend: Backend) {
     assert!(stdout.is_empty(), "{stdout}");
     let (_, stdout, _) = foldgate(&["list", "--tenant", "globex"]);
     assert_eq!(stdout.lines().count(), 1, "globex keeps its lesson");
+    assert_eq!((vectors("acme").await, vectors("globex").await), (0, 1));
 
     let (ok_, _, stderr) = foldgate(&["delete", "--tenant", "acme", "--id", "br_nope"]);
     assert!(!ok_ && stderr.contains("mem_"), "{stderr}");
     let (ok_, _, stderr) = foldgate(&["delete", "--tenant", "acme"]);
     assert!(!ok_ && stderr.contains("--id"), "one of --id or --all: {stderr}");
     store.close().await;
+}
+
+const VACUUM_LESSON: &str = "Autovacuum could not freeze rows while a long transaction held \
+    the xmin horizon back; ending that transaction let it finish.";
+
+async fn lessons_are_ranked_by_embeddings_when_a_model_is_configured(backend: Backend) {
+    use foldgate_testkit::model_server::ModelServer;
+
+    let server = ModelServer::start().await;
+    let embeddings: foldgate_runner::ModelConfig = toml::from_str(&format!(
+        "name = \"embed\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         model = \"hashing\"\nembeddings = true",
+        server.base_url()
+    ))
+    .unwrap();
+    let gw = TestGateway::start_with(backend, |c| {
+        c.models = vec![embeddings];
+        c.memory.embeddings_min_similarity = 0.1;
+        c.memory.embeddings_timeout_ms = 300;
+    })
+    .await;
+    let alice = client(&gw.url, &gw.write_token("acme", "alice"), Era::Legacy).await;
+    let names: Vec<String> =
+        alice.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
+    assert!(!names.contains(&"branch_run".to_owned()), "an embeddings model does not chat");
+    let title = "Vacuum stalls on a PostgreSQL table near wraparound";
+    let id = record(&alice, title, VACUUM_LESSON, "pitfall").await["item"]["id"].clone();
+
+    // Embedded in the background, then found for a query full text misses.
+    let query = json!({"query": "postgres autovacuum"});
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let found = loop {
+        let found = ok(&call(&alice, "memory_search", query.clone()).await)["items"].clone();
+        if found != json!([]) || tokio::time::Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(found[0]["id"], id, "{found}");
+    let inputs: Vec<String> =
+        server.embedding_requests().iter().map(|r| r.body["input"].to_string()).collect();
+    let queries = inputs.iter().filter(|i| i.as_str() == r#"["postgres autovacuum"]"#).count();
+    assert_eq!(queries, 1, "the query embedded once, then cached: {inputs:?}");
+    assert!(inputs.iter().any(|i| i.contains("xmin horizon")), "and the lesson: {inputs:?}");
+
+    // A model that fails leaves full text, and says so in the metrics.
+    server.embeddings_fail(Some(500));
+    let found = ok(&call(&alice, "memory_search", json!({"query": "autovacuum postgres"})).await);
+    assert_eq!(found["items"], json!([]));
+    let found =
+        ok(&call(&alice, "memory_search", json!({"query": "postgresql wraparound vacuum"})).await);
+    assert_eq!(found["items"][0]["id"], id, "full text still finds it");
+    let (samples, _) = scrape(&gw).await;
+    let value =
+        |name: &str, labels: &[(&str, &str)]| sample(&samples, name, labels).map(|s| s.value);
+    let fallbacks = "foldgate_memory_embedding_fallbacks_total";
+    assert_eq!(value(fallbacks, &[("tenant", "acme"), ("reason", "model")]), Some(2.0));
+    let items = "foldgate_memory_embedding_items_total";
+    assert_eq!(value(items, &[("via", "record"), ("outcome", "embedded")]), Some(1.0));
+    let calls = "gen_ai_client_operation_duration_seconds_count";
+    let embeddings = [("gen_ai_operation_name", "embeddings"), ("model", "embed")];
+    let failed = [embeddings[0], embeddings[1], ("error_type", "server_error")];
+    assert_eq!(value(calls, &failed), Some(2.0));
+    let all: f64 = samples
+        .iter()
+        .filter(|s| s.name == calls)
+        .filter(|s| embeddings.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|l| l == v)))
+        .map(|s| s.value)
+        .sum();
+    assert!(all >= 4.0, "the lesson, the query and the two that failed: {all}");
+    gw.stop().await;
 }

@@ -165,8 +165,8 @@ async fn federated_fold(gw: &TestGateway, tenant: &str, session: &str) -> Federa
 
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
     pub(crate) value: f64,
 }
 
