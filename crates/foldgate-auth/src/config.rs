@@ -93,6 +93,14 @@ pub struct AuthConfig {
     /// even if every token names a known `kid`, so that a key the provider
     /// withdrew stops being accepted. In seconds.
     pub jwks_max_age_seconds: u64,
+    /// How many verified tokens each replica remembers (by their SHA-256,
+    /// never the token itself), so that the next request with the same
+    /// token skips verification. 0 turns the cache off.
+    pub token_cache_entries: usize,
+    /// Longest time a verified token is remembered, in seconds (at most
+    /// 3600); never past its `exp`. A token whose key was withdrawn from the
+    /// JWKS is accepted at most this long after it was last verified.
+    pub token_cache_seconds: u64,
 }
 
 impl Default for AuthConfig {
@@ -108,6 +116,8 @@ impl Default for AuthConfig {
             jwks_min_refresh_interval_seconds: 30,
             jwks_timeout_seconds: 5,
             jwks_max_age_seconds: 600,
+            token_cache_entries: 10_000,
+            token_cache_seconds: 60,
         }
     }
 }
@@ -178,6 +188,12 @@ impl AuthConfig {
             return Err("jwks_max_age_seconds must be at least \
                         jwks_min_refresh_interval_seconds and at most a week"
                 .into());
+        }
+        if self.token_cache_seconds > 3600 {
+            return Err("token_cache_seconds must be at most 3600".into());
+        }
+        if self.token_cache_entries > 10_000_000 {
+            return Err("token_cache_entries must be at most 10000000".into());
         }
         Ok(())
     }

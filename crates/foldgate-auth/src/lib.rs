@@ -12,6 +12,7 @@
 //! Failures are answered here, in the shape RFC 6750 and RFC 9728 describe,
 //! with a JSON-RPC error body that MCP clients can read.
 
+mod cache;
 mod claims;
 mod config;
 mod error;
@@ -26,7 +27,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use chrono::{DateTime, TimeDelta, Utc};
 use foldgate_domain::{Caller, Clock, Principal, Subject, SystemClock, TenantId};
 
-use self::{claims::ClaimRules, keys::KeySource};
+use self::{cache::TokenCache, claims::ClaimRules, keys::KeySource};
 pub use self::{
     config::{AuthConfig, MIN_SECRET_BYTES, Secret},
     error::{AuthError, AuthSetupError, KeySourceError, MintError},
@@ -94,6 +95,7 @@ struct Inner {
     source: KeySource,
     rules: ClaimRules,
     clock: Arc<dyn Clock>,
+    verified: TokenCache,
 }
 
 impl Authenticator {
@@ -122,7 +124,12 @@ impl Authenticator {
             leeway: TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
                 .unwrap_or_default(),
         };
-        Ok(Self { inner: Arc::new(Inner { source, rules, clock }) })
+        let verified = TokenCache::new(
+            config.token_cache_entries,
+            TimeDelta::try_seconds(i64::try_from(config.token_cache_seconds).unwrap_or(0))
+                .unwrap_or_default(),
+        );
+        Ok(Self { inner: Arc::new(Inner { source, rules, clock, verified }) })
     }
 
     /// Registers the background work of the key source on the driver: with
@@ -131,12 +138,21 @@ impl Authenticator {
         self.inner.source.register(driver);
     }
 
-    /// Verifies a bearer token (without the `Bearer ` prefix).
+    /// Verifies a bearer token (without the `Bearer ` prefix). A token
+    /// verified recently is taken from the cache (see
+    /// [`AuthConfig::token_cache_entries`]); only verified tokens are kept.
     pub async fn authenticate(&self, token: &str) -> Result<Authenticated, AuthError> {
+        let now = self.inner.clock.now();
+        let hash = cache::hash(token);
+        if let Some(caller) = self.inner.verified.get(&hash, now) {
+            return Ok(caller);
+        }
         let header = claims::parse_header(token)?;
         let keys = self.inner.source.keys_for(header.alg, header.kid.as_deref()).await?;
         let payload = claims::verify_signature(token, header.alg, &keys)?;
-        self.inner.rules.check(payload, self.inner.clock.now())
+        let caller = self.inner.rules.check(payload, now)?;
+        self.inner.verified.put(hash, &caller, now);
+        Ok(caller)
     }
 }
 

@@ -5,7 +5,7 @@ use std::{fmt::Debug, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, Consumption, Session, SessionId, Subject, TenantId, Tokens,
+    Branch, BranchId, Consumption, EndReason, Session, SessionId, Subject, TenantId, Tokens,
 };
 
 #[cfg(doc)]
@@ -13,7 +13,7 @@ use crate::ACTIVITY_RESOLUTION;
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
     MemoryStore, MemoryVectors, ModelBill, NewBranch, NewStep, OutsideUsage, Run, RunEnd, RunStep,
-    StepWritten, StoreError,
+    StepWritten, StoreError, TreeEnd,
 };
 
 /// The folding store. See the crate documentation for its guarantees.
@@ -119,6 +119,19 @@ pub trait Store: MemoryStore + MemoryVectors + Send + Sync + Debug {
         id: BranchId,
         finish: Finish,
     ) -> Result<Finished, StoreError>;
+
+    /// Ends a branch as [`Store::finish`] does, after ending its active
+    /// descendants, deepest first, with `child_reason`; all in one
+    /// transaction (on Postgres, one statement). A child created under the
+    /// tree meanwhile is ended too, up to a bound, after which the answer is
+    /// [`Finished::HasActiveChildren`].
+    async fn end_tree(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: Finish,
+        child_reason: EndReason,
+    ) -> Result<TreeEnd, StoreError>;
 
     /// Ends, in one transaction, each branch of `batch` that is active and
     /// has no active child, and settles it with its parent, as

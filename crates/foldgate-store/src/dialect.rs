@@ -6,14 +6,16 @@
 //! transactions are `BEGIN IMMEDIATE` and so hold the database's one write
 //! lock from the start. A [`Dialect`] says how a backend begins a
 //! transaction, which of its errors are worth a retry, which form of a
-//! form of a [`Sql`] statement it runs, and how it charges an upstream call.
+//! form of a [`Sql`] statement it runs, and how it runs the operations on the
+//! folding path: creating a branch, ending a branch with its descendants and
+//! charging an upstream call (in one statement each on Postgres).
 
 use std::{fmt::Debug, future::Future};
 
-use foldgate_domain::{BranchId, Consumption, TenantId};
+use foldgate_domain::{Branch, BranchId, Consumption, EndReason, TenantId};
 use sqlx::{Database, Decode, Encode, IntoArguments, Pool, Transaction, Type, migrate::Migrator};
 
-use crate::{CallRecord, StoreError, store::SqlStore};
+use crate::{CallRecord, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd, store::SqlStore};
 
 /// A statement in its Postgres and its SQLite form: most often the same
 /// but for the row-lock clause (built by [`locking!`]).
@@ -94,6 +96,24 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
     /// Whether the database aborted the transaction for a reason that a
     /// run of it again gets past (an aborted run wrote nothing).
     fn is_retryable(error: &StoreError) -> bool;
+
+    /// Creates a branch (see [`crate::Store::create_branch`]), timed as
+    /// `create_branch`.
+    fn create_branch(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        new: &NewBranch,
+    ) -> impl Future<Output = Result<Result<Branch, CreateRefusal>, StoreError>> + Send;
+
+    /// Ends a branch after its active descendants (see
+    /// [`crate::Store::end_tree`]), timed as `end_tree`.
+    fn end_tree(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: &Finish,
+        child_reason: EndReason,
+    ) -> impl Future<Output = Result<TreeEnd, StoreError>> + Send;
 
     /// Charges an upstream call to a branch and records it in its trace
     /// (see [`crate::Store::meter_call`]), timed as `meter_call`.

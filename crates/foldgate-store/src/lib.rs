@@ -22,6 +22,7 @@ pub mod inspect;
 mod memory;
 mod metrics;
 mod ops;
+mod pg_fold;
 mod postgres;
 mod record;
 mod requests;
@@ -47,9 +48,9 @@ pub use memory::{
 pub use postgres::{PgStore, Postgres};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
-    ParentChoice,
+    ParentChoice, TreeEnd,
 };
-pub(crate) use requests::{due_branch, idle_session, retry_after};
+pub(crate) use requests::{CLEANUP_ROUNDS, due_branch, idle_session, retry_after};
 pub use runs::{
     ModelBill, ModelUsage, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
 };

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::{
     BatchFinish, CallRecord, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError,
+    TreeEnd,
     dialect::{Dialect, Param, Value},
     record::{BranchRow, db_tokens, ledger},
     retry_after,
@@ -29,10 +30,10 @@ use crate::{
 /// How often an implicit parent may end under us before we give up.
 const PARENT_RESOLUTION_ATTEMPTS: usize = 8;
 /// The sliding window of the per-session creation rate.
-const RATE_WINDOW: chrono::Duration = chrono::Duration::seconds(60);
+pub(crate) const RATE_WINDOW: chrono::Duration = chrono::Duration::seconds(60);
 /// What we tell a client refused by a tenant or deployment concurrency limit:
 /// we cannot know when another branch ends, so ask it to try again soon.
-const SLOT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const SLOT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl<D: Dialect> Tx<D>
 where
@@ -238,6 +239,29 @@ where
         self.touch_session(tenant, &row.session_id, finish.at).await?;
         self.release_slots(&[tenant]).await?;
         Ok(Finished::Done(Box::new(row.try_into()?)))
+    }
+
+    /// Ends a branch after its active descendants, deepest first (see
+    /// [`crate::Store::end_tree`]). The transaction holds the database's
+    /// write lock (SQLite), so no child appears meanwhile: one round.
+    pub(crate) async fn end_tree(
+        &mut self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: &Finish,
+        child_reason: EndReason,
+    ) -> Result<TreeEnd, StoreError> {
+        let mut children = Vec::new();
+        let child_finish = Finish::forced(child_reason, finish.at);
+        for child in self.active_descendants(tenant, id).await? {
+            if let Finished::Done(ended) =
+                self.finish(tenant, BranchId::from_uuid(child), &child_finish).await?
+            {
+                children.push(*ended);
+            }
+        }
+        let outcome = self.finish(tenant, id, finish).await?;
+        Ok(TreeEnd { outcome, children })
     }
 
     /// Ends a batch of branches in one transaction (see

@@ -3,12 +3,12 @@
 //! the supervisor claims work with `FOR UPDATE SKIP LOCKED`, so replicas never
 //! fire the same deadline twice.
 
-use foldgate_domain::{BranchId, Consumption, TenantId};
+use foldgate_domain::{Branch, BranchId, Consumption, EndReason, TenantId};
 use sqlx::{PgPool, Row, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
-    CallRecord, ConnectOptions, StoreError,
+    CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
     dialect::{Dialect, Sql},
     record::{db_tokens, ledger},
     store::{SqlStore, retry_after_conflict},
@@ -72,6 +72,27 @@ impl Dialect for Postgres {
     fn is_retryable(error: &StoreError) -> bool {
         // 40001 serialization_failure, 40P01 deadlock_detected.
         error.database_code().is_some_and(|code| code == "40001" || code == "40P01")
+    }
+
+    /// Creates a branch in one statement (see [`crate::pg_fold`]).
+    async fn create_branch(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        new: &NewBranch,
+    ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
+        crate::pg_fold::create_branch(store, tenant, new).await
+    }
+
+    /// Ends a branch and its descendants in one statement (see
+    /// [`crate::pg_fold`]).
+    async fn end_tree(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: &Finish,
+        child_reason: EndReason,
+    ) -> Result<TreeEnd, StoreError> {
+        crate::pg_fold::end_tree(store, tenant, id, finish, child_reason).await
     }
 
     /// Charges an upstream call in one statement, and so in one round trip

@@ -146,6 +146,19 @@ pub enum Finished {
     HasActiveChildren,
 }
 
+/// What [`Store::end_tree`] did: the branch's own end, and the active
+/// descendants it ended first (deepest first).
+#[derive(Debug, Clone)]
+pub struct TreeEnd {
+    pub outcome: Finished,
+    pub children: Vec<Branch>,
+}
+
+/// How often [`Store::end_tree`] looks again for descendants when children
+/// keep being created under the branch it is ending, before it answers
+/// [`Finished::HasActiveChildren`].
+pub(crate) const CLEANUP_ROUNDS: u8 = 16;
+
 /// A branch that the supervisor must force-return.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueBranch {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, Consumption, Session, SessionId, Subject, TenantId, Tokens,
+    Branch, BranchId, Consumption, EndReason, Session, SessionId, Subject, TenantId, Tokens,
 };
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
@@ -17,13 +17,13 @@ use uuid::Uuid;
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
     ModelBill, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunEnd, RunStep, StepWritten,
-    Store, StoreError, ToolCalls, check_migrated,
+    Store, StoreError, ToolCalls, TreeEnd, check_migrated,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     due_branch, idle_session,
     record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
     store::SqlStore,
     ts::Ts,
-    tx::touch_session,
+    tx::{ACTIVE_DESCENDANTS, touch_session},
 };
 
 /// Claims due branches for a lease; a replica skips the rows another one holds.
@@ -73,14 +73,7 @@ where
         new: NewBranch,
     ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
         // A refusal writes nothing: even the session insert is rolled back.
-        self.in_tx("create_branch", Result::is_ok, |mut tx| {
-            let new = &new;
-            async move {
-                let result = tx.create(tenant, new).await;
-                (tx, result)
-            }
-        })
-        .await
+        D::create_branch(self, tenant, &new).await
     }
 
     async fn branch(&self, tenant: &TenantId, id: BranchId) -> Result<Option<Branch>, StoreError> {
@@ -147,19 +140,11 @@ where
         id: BranchId,
     ) -> Result<Vec<BranchId>, StoreError> {
         self.timed("active_descendants", async {
-            let ids: Vec<Uuid> = sqlx::query_scalar(
-                "WITH RECURSIVE tree (id, depth) AS ( \
-                    SELECT id, depth FROM branches \
-                    WHERE tenant_id = $1 AND parent_id = $2 AND status = 'active' \
-                    UNION ALL \
-                    SELECT b.id, b.depth FROM branches b JOIN tree t ON b.parent_id = t.id \
-                    WHERE b.tenant_id = $1 AND b.status = 'active' \
-                 ) SELECT id FROM tree ORDER BY depth DESC, id DESC",
-            )
-            .bind(tenant.as_str())
-            .bind(id.as_uuid())
-            .fetch_all(&self.pool)
-            .await?;
+            let ids: Vec<Uuid> = sqlx::query_scalar(ACTIVE_DESCENDANTS)
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
             Ok(ids.into_iter().map(BranchId::from_uuid).collect())
         })
         .await
@@ -345,6 +330,16 @@ where
             },
         )
         .await
+    }
+
+    async fn end_tree(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: Finish,
+        child_reason: EndReason,
+    ) -> Result<TreeEnd, StoreError> {
+        D::end_tree(self, tenant, id, &finish, child_reason).await
     }
 
     async fn finish_batch(&self, batch: &[BatchFinish]) -> Result<Vec<Branch>, StoreError> {

@@ -3,14 +3,14 @@
 //! which takes SQLite's one write lock at its start, so operations are
 //! serialised and the limits hold; WAL mode lets readers run alongside.
 
-use foldgate_domain::{BranchId, Consumption, TenantId};
+use foldgate_domain::{Branch, BranchId, Consumption, EndReason, TenantId};
 use sqlx::{
     SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
 };
 
 use crate::{
-    CallRecord, ConnectOptions, StoreError,
+    CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
     dialect::{Dialect, Sql},
     store::SqlStore,
 };
@@ -75,6 +75,42 @@ impl Dialect for Sqlite {
             .database_code()
             .and_then(|code| code.parse::<i32>().ok())
             .is_some_and(|code| code & 0xff == 5)
+    }
+
+    /// Creates a branch in a transaction of single statements (see
+    /// [`Tx::create`](crate::tx::Tx::create)). A refusal rolls back.
+    async fn create_branch(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        new: &NewBranch,
+    ) -> Result<Result<Branch, CreateRefusal>, StoreError> {
+        store
+            .in_tx("create_branch", Result::is_ok, |mut tx| async move {
+                let result = tx.create(tenant, new).await;
+                (tx, result)
+            })
+            .await
+    }
+
+    /// Ends a branch and its descendants in a transaction of single
+    /// statements (see [`Tx::end_tree`](crate::tx::Tx::end_tree)).
+    async fn end_tree(
+        store: &SqlStore<Self>,
+        tenant: &TenantId,
+        id: BranchId,
+        finish: &Finish,
+        child_reason: EndReason,
+    ) -> Result<TreeEnd, StoreError> {
+        store
+            .in_tx(
+                "end_tree",
+                |_| true,
+                |mut tx| async move {
+                    let result = tx.end_tree(tenant, id, finish, child_reason).await;
+                    (tx, result)
+                },
+            )
+            .await
     }
 
     /// Charges an upstream call in a transaction of single statements (see

@@ -2,7 +2,9 @@
 //! opened, and its statements: each method runs one.
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{EndReason, LimitKind, Limits, SessionId, Subject, TenantId, Tokens};
+use foldgate_domain::{
+    BranchId, EndReason, LimitKind, Limits, SessionId, Subject, TenantId, Tokens,
+};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type, query::Query};
 use uuid::Uuid;
 
@@ -431,6 +433,18 @@ where
             .await?)
     }
 
+    pub(crate) async fn active_descendants(
+        &mut self,
+        tenant: &TenantId,
+        id: BranchId,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        Ok(sqlx::query_scalar(ACTIVE_DESCENDANTS)
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_all(&mut *self.0)
+            .await?)
+    }
+
     pub(crate) async fn session_exists(
         &mut self,
         tenant: &TenantId,
@@ -445,6 +459,15 @@ where
         Ok(found.is_some())
     }
 }
+
+/// The active descendants of a branch (`$2`), deepest first.
+pub(crate) const ACTIVE_DESCENDANTS: &str = "WITH RECURSIVE tree (id, depth) AS ( \
+        SELECT id, depth FROM branches \
+        WHERE tenant_id = $1 AND parent_id = $2 AND status = 'active' \
+        UNION ALL \
+        SELECT b.id, b.depth FROM branches b JOIN tree t ON b.parent_id = t.id \
+        WHERE b.tenant_id = $1 AND b.status = 'active' \
+     ) SELECT id FROM tree ORDER BY depth DESC, id DESC";
 
 /// Binds a trace line's columns from `upstream` to `called_at` (all
 /// but its id, tenant, branch and charge), in the order of the

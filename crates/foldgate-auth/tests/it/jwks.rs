@@ -217,7 +217,9 @@ async fn a_withdrawn_key_stops_working_once_the_cache_is_past_its_maximum_age() 
     let (leaving, staying) = (TestKey::p256(), TestKey::p256());
     let server =
         JwksServer::start(vec![leaving.jwk(Some("leaving")), staying.jwk(Some("staying"))]).await;
-    let auth = authenticator(&jwks_only(&server.url), &clock).await;
+    // Verified tokens are not remembered here: this is about the keys.
+    let config = AuthConfig { token_cache_entries: 0, ..jwks_only(&server.url) };
+    let auth = authenticator(&config, &clock).await;
     let mut driver = foldgate_background::Driver::default();
     auth.register(&mut driver);
     let background = driver.start();
@@ -249,6 +251,47 @@ async fn a_withdrawn_key_stops_working_once_the_cache_is_past_its_maximum_age() 
     assert_eq!(refused.kind(), "unknown_key");
     assert_eq!(server.requests(), 2, "one background refresh");
     assert!(auth.authenticate(&staying_token).await.is_ok());
+    background.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remembered_token_is_verified_again_after_token_cache_seconds() {
+    // Arrange: a token verified once, then its key withdrawn.
+    let clock = clock();
+    let (key, other) = (TestKey::p256(), TestKey::p256());
+    let server = JwksServer::start(vec![key.jwk(Some("k")), other.jwk(Some("other"))]).await;
+    let config = AuthConfig { token_cache_seconds: 60, ..jwks_only(&server.url) };
+    let auth = authenticator(&config, &clock).await;
+    let mut driver = foldgate_background::Driver::default();
+    auth.register(&mut driver);
+    let background = driver.start();
+    // Valid far longer than the clock moves below.
+    let exp = now(&clock) + 30 * 24 * 3600;
+    let token = key.sign(Some("k"), &patch(claims(&clock), &json!({"exp": exp})));
+    assert!(auth.authenticate(&token).await.is_ok());
+    server.withdraw("k");
+
+    // Act and assert: remembered, the token is taken as verified...
+    clock.advance(Duration::from_secs(59));
+    assert!(auth.authenticate(&token).await.is_ok());
+    // ...but not another token that differs from it in its signature only.
+    let forged = with_flipped_signature(&token);
+    assert_eq!(kind(&auth.authenticate(&forged).await), Err("bad_signature"));
+
+    // Each verification after the cache's time reads the keys, which are
+    // past their maximum age and refreshed: the withdrawn key is unknown.
+    let refused = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            clock.advance(Duration::from_secs(61));
+            match auth.authenticate(&token).await {
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(e) => return e,
+            }
+        }
+    })
+    .await
+    .expect("the token is verified again and refused");
+    assert_eq!(refused.kind(), "unknown_key");
     background.shutdown().await;
 }
 

@@ -33,9 +33,6 @@ pub use self::requests::{
     StatusQuery,
 };
 
-/// How often a return re-runs child cleanup when children keep appearing.
-const CLEANUP_ROUNDS: usize = 16;
-
 /// The folding service. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct FoldingService {
@@ -535,7 +532,8 @@ impl FoldingService {
         Ok(fired)
     }
 
-    /// Ends a branch after ending its active descendants, deepest first.
+    /// Ends a branch after ending its active descendants, deepest first, in
+    /// one store call.
     async fn end_tree(
         &self,
         tenant: &TenantId,
@@ -543,31 +541,21 @@ impl FoldingService {
         finish: Finish,
         child_reason: EndReason,
     ) -> Result<(Branch, Vec<BranchId>), FoldError> {
-        let mut children_ended = Vec::new();
-        for _ in 0..CLEANUP_ROUNDS {
-            for child in self.store.active_descendants(tenant, id).await? {
-                let child_finish = Finish::forced(child_reason, self.clock.now());
-                if let Finished::Done(ended) =
-                    self.store.finish(tenant, child, child_finish).await?
-                {
-                    self.metrics.ended(&ended);
-                    children_ended.push(child);
-                }
-            }
-            let finish = Finish { at: self.clock.now(), ..finish.clone() };
-            match self.store.finish(tenant, id, finish).await? {
-                Finished::Done(branch) => {
-                    self.metrics.ended(&branch);
-                    return Ok((*branch, children_ended));
-                }
-                Finished::NotFound => return Err(FoldError::BranchNotFound),
-                Finished::NotActive(status) => return Err(FoldError::BranchNotActive { status }),
-                // A child was created after the cleanup: clean up again.
-                Finished::HasActiveChildren => {}
-            }
+        let ended = self.store.end_tree(tenant, id, finish, child_reason).await?;
+        for child in &ended.children {
+            self.metrics.ended(child);
         }
-        // Children kept appearing faster than they could be ended.
-        Err(FoldError::Busy)
+        let children_ended = ended.children.iter().map(|child| child.id).collect();
+        match ended.outcome {
+            Finished::Done(branch) => {
+                self.metrics.ended(&branch);
+                Ok((*branch, children_ended))
+            }
+            Finished::NotFound => Err(FoldError::BranchNotFound),
+            Finished::NotActive(status) => Err(FoldError::BranchNotActive { status }),
+            // Children kept appearing faster than they could be ended.
+            Finished::HasActiveChildren => Err(FoldError::Busy),
+        }
     }
 
     /// A branch the principal may see: another tenant's or another owner's
