@@ -1,4 +1,5 @@
--- Creating and ending branches in one round trip each.
+-- Creating a branch, ending one with its descendants, and ending the
+-- supervisor's batch of due branches, in one round trip each.
 --
 -- These functions do on the server what the store's Rust transactions do
 -- statement by statement (crates/foldgate-store/src/ops.rs, which SQLite still
@@ -74,10 +75,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Gives `p_count` slots back to a tenant's counter, then as many to the
--- deployment's, each in any stripe above zero. A stripe held by another
--- transaction is skipped at first, then waited for in turn.
-CREATE FUNCTION foldgate_release_slots(p_tenant TEXT, p_count INTEGER, p_stripes INTEGER)
+-- Gives `p_count` slots back to a tenant's counter, or to the deployment's
+-- when `p_tenant` is NULL, each in any stripe above zero. A stripe held by
+-- another transaction is skipped at first, then waited for in turn.
+CREATE FUNCTION foldgate_give_slots(p_tenant TEXT, p_count INTEGER, p_stripes INTEGER)
 RETURNS VOID LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -87,38 +88,32 @@ DECLARE
     gave BOOLEAN;
 BEGIN
     FOR i IN 1 .. p_count LOOP
-        UPDATE tenant_usage SET active_branches = active_branches - 1
-        WHERE tenant_id = p_tenant AND stripe = (
-            SELECT stripe FROM tenant_usage WHERE tenant_id = p_tenant AND active_branches > 0
-            ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
-        gave := FOUND;
-        IF NOT gave THEN
-            <<scan>>
-            FOR round IN 1 .. 2 LOOP
-                FOR s IN 0 .. p_stripes - 1 LOOP
-                    UPDATE tenant_usage SET active_branches = active_branches - 1
-                    WHERE tenant_id = p_tenant AND stripe = s AND active_branches > 0;
-                    gave := FOUND;
-                    EXIT scan WHEN gave;
-                END LOOP;
-            END LOOP;
-            IF NOT gave THEN
-                RAISE EXCEPTION 'active-branch counter contended' USING ERRCODE = 'FGC01';
-            END IF;
+        IF p_tenant IS NULL THEN
+            UPDATE deployment_usage SET active_branches = active_branches - 1
+            WHERE stripe = (
+                SELECT stripe FROM deployment_usage WHERE active_branches > 0
+                ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
+        ELSE
+            UPDATE tenant_usage SET active_branches = active_branches - 1
+            WHERE tenant_id = p_tenant AND stripe = (
+                SELECT stripe FROM tenant_usage WHERE tenant_id = p_tenant AND active_branches > 0
+                ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
         END IF;
-    END LOOP;
-    FOR i IN 1 .. p_count LOOP
-        UPDATE deployment_usage SET active_branches = active_branches - 1
-        WHERE stripe = (
-            SELECT stripe FROM deployment_usage WHERE active_branches > 0
-            ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
         gave := FOUND;
         IF NOT gave THEN
+            -- Every stripe above zero is held by another transaction: wait
+            -- for each in turn. The slot being given back was counted, so
+            -- one is found unless others keep moving ahead of the scan.
             <<scan>>
             FOR round IN 1 .. 2 LOOP
                 FOR s IN 0 .. p_stripes - 1 LOOP
-                    UPDATE deployment_usage SET active_branches = active_branches - 1
-                    WHERE stripe = s AND active_branches > 0;
+                    IF p_tenant IS NULL THEN
+                        UPDATE deployment_usage SET active_branches = active_branches - 1
+                        WHERE stripe = s AND active_branches > 0;
+                    ELSE
+                        UPDATE tenant_usage SET active_branches = active_branches - 1
+                        WHERE tenant_id = p_tenant AND stripe = s AND active_branches > 0;
+                    END IF;
                     gave := FOUND;
                     EXIT scan WHEN gave;
                 END LOOP;
@@ -353,14 +348,16 @@ BEGIN
     END;
 END $$;
 
--- Ends one branch that the caller has locked (with its parent), as
--- `Tx::finish` does but for the session's activity and the counters, which
--- `foldgate_end_tree` writes once for all the branches it ends. `r_outcome`:
--- 'done', 'not_found', 'not_active' or 'has_children' (the branch is active
--- and lends to an active child).
+-- Ends one branch, as `Tx::finish` does but for the session's activity and
+-- the counters, which the callers write once for all the branches they end,
+-- and, unless `p_settle_root`, the settling of a depth-1 branch with its
+-- session's pool (the supervisor's batch settles those after all the branch
+-- rows). The caller has locked the branch's parent, or takes that lock here
+-- before any session's. `r_outcome`: 'done', 'not_found', 'not_active' or
+-- 'has_children' (the branch is active and lends to an active child).
 CREATE FUNCTION foldgate_end_branch(
     p_tenant TEXT, p_id UUID, p_status TEXT, p_reason TEXT, p_at TIMESTAMPTZ, p_result TEXT,
-    p_result_tokens BIGINT, p_returned_tokens BIGINT, p_extract BOOLEAN,
+    p_result_tokens BIGINT, p_returned_tokens BIGINT, p_extract BOOLEAN, p_settle_root BOOLEAN,
     OUT r_outcome TEXT, OUT r_branch branches)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -389,7 +386,7 @@ BEGIN
             exhausted_at = CASE WHEN exhausted_at IS NULL AND used + r_branch.used >= budget
                 THEN p_at ELSE exhausted_at END
         WHERE tenant_id = p_tenant AND id = r_branch.parent_id;
-    ELSE
+    ELSIF p_settle_root THEN
         UPDATE sessions SET reserved = reserved - r_branch.budget, used = used + r_branch.used
         WHERE tenant_id = p_tenant AND session_id = r_branch.session_id;
     END IF;
@@ -446,7 +443,7 @@ BEGIN
             SELECT id FROM tree ORDER BY depth DESC, id DESC
         LOOP
             SELECT * INTO res FROM foldgate_end_branch(p_tenant, child, p_child_status,
-                p_child_reason, p_at, NULL, 0, NULL, FALSE);
+                p_child_reason, p_at, NULL, 0, NULL, FALSE, TRUE);
             IF res.r_outcome = 'done' THEN
                 ended := ended + 1;
                 v_session := (res.r_branch).session_id;
@@ -457,7 +454,7 @@ BEGIN
         END LOOP;
 
         SELECT * INTO res FROM foldgate_end_branch(p_tenant, p_id, p_status, p_reason,
-            p_at, p_result, p_result_tokens, p_returned_tokens, p_extract);
+            p_at, p_result, p_result_tokens, p_returned_tokens, p_extract, TRUE);
         outcome := res.r_outcome;
         v_row := res.r_branch;
         EXIT WHEN outcome <> 'has_children' OR round = p_rounds;
@@ -471,9 +468,61 @@ BEGIN
         UPDATE sessions SET last_activity_at = p_at
         WHERE tenant_id = p_tenant AND session_id = v_session
           AND last_activity_at < p_touch_before;
-        PERFORM foldgate_release_slots(p_tenant, ended, p_stripes);
+        PERFORM foldgate_give_slots(p_tenant, ended, p_stripes);
+        PERFORM foldgate_give_slots(NULL, ended, p_stripes);
     END IF;
     r_outcome := outcome;
     r_branch := v_row;
     RETURN NEXT;
+END $$;
+
+-- Ends the supervisor's batch, as `Tx::finish_batch` does: each branch that
+-- is active and has no active child (the batch lists children before their
+-- parents), settled with its parent branch at once; then the sessions, in
+-- order, for the depth-1 branches' pools and the activity; then the
+-- counters. Each array holds one entry per branch of the batch. Returns the
+-- branches it ended.
+CREATE FUNCTION foldgate_finish_batch(
+    p_tenants TEXT[], p_ids UUID[], p_statuses TEXT[], p_reasons TEXT[], p_at TIMESTAMPTZ[],
+    p_results TEXT[], p_result_tokens BIGINT[], p_returned_tokens BIGINT[], p_extract BOOLEAN[],
+    p_touch_before TIMESTAMPTZ[], p_stripes INTEGER)
+RETURNS SETOF branches LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    i INTEGER;
+    res RECORD;
+    done branches[] := '{}';
+    touch TIMESTAMPTZ[] := '{}';
+    b RECORD;
+    t RECORD;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_ids, 1), 0) LOOP
+        SELECT * INTO res FROM foldgate_end_branch(p_tenants[i], p_ids[i], p_statuses[i],
+            p_reasons[i], p_at[i], p_results[i], p_result_tokens[i], p_returned_tokens[i],
+            p_extract[i], FALSE);
+        IF res.r_outcome = 'done' THEN
+            done := done || res.r_branch;
+            touch := touch || ARRAY[p_at[i], p_touch_before[i]];
+        END IF;
+    END LOOP;
+    FOR b IN
+        SELECT e.*, touch[2 * e.ordinality::INTEGER - 1] AS at_,
+               touch[2 * e.ordinality::INTEGER] AS before_
+        FROM unnest(done) WITH ORDINALITY AS e
+        ORDER BY e.tenant_id, e.session_id
+    LOOP
+        IF b.parent_id IS NULL THEN
+            UPDATE sessions SET reserved = reserved - b.budget, used = used + b.used
+            WHERE tenant_id = b.tenant_id AND session_id = b.session_id;
+        END IF;
+        UPDATE sessions SET last_activity_at = b.at_
+        WHERE tenant_id = b.tenant_id AND session_id = b.session_id
+          AND last_activity_at < b.before_;
+    END LOOP;
+    FOR t IN SELECT tenant_id, count(*)::INTEGER AS n FROM unnest(done)
+             GROUP BY tenant_id ORDER BY tenant_id LOOP
+        PERFORM foldgate_give_slots(t.tenant_id, t.n, p_stripes);
+    END LOOP;
+    PERFORM foldgate_give_slots(NULL, COALESCE(array_length(done, 1), 0), p_stripes);
+    RETURN QUERY SELECT * FROM unnest(done);
 END $$;

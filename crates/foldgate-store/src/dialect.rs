@@ -7,15 +7,18 @@
 //! lock from the start. A [`Dialect`] says how a backend begins a
 //! transaction, which of its errors are worth a retry, which form of a
 //! form of a [`Sql`] statement it runs, and how it runs the operations on the
-//! folding path: creating a branch, ending a branch with its descendants and
-//! charging an upstream call (in one statement each on Postgres).
+//! folding path: creating a branch, ending a branch with its descendants,
+//! ending the supervisor's batch and charging an upstream call (in one
+//! statement each on Postgres).
 
 use std::{fmt::Debug, future::Future};
 
 use foldgate_domain::{Branch, BranchId, Consumption, EndReason, TenantId};
 use sqlx::{Database, Decode, Encode, IntoArguments, Pool, Transaction, Type, migrate::Migrator};
 
-use crate::{CallRecord, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd, store::SqlStore};
+use crate::{
+    BatchFinish, CallRecord, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd, store::SqlStore,
+};
 
 /// A statement in its Postgres and its SQLite form: most often the same
 /// but for the row-lock clause (built by [`locking!`]).
@@ -114,6 +117,13 @@ pub trait Dialect: Debug + Send + Sync + Sized + 'static {
         finish: &Finish,
         child_reason: EndReason,
     ) -> impl Future<Output = Result<TreeEnd, StoreError>> + Send;
+
+    /// Ends the supervisor's batch (see [`crate::Store::finish_batch`]),
+    /// timed as `finish_batch`.
+    fn finish_batch(
+        store: &SqlStore<Self>,
+        batch: &[BatchFinish],
+    ) -> impl Future<Output = Result<Vec<Branch>, StoreError>> + Send;
 
     /// Charges an upstream call to a branch and records it in its trace
     /// (see [`crate::Store::meter_call`]), timed as `meter_call`.

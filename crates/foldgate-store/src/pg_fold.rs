@@ -1,19 +1,21 @@
-//! The folding operations on Postgres in one round trip each: a create and
-//! the end of a branch with its descendants call the server-side functions
-//! of the migration `20261124000008_one_round_trip`, which do what
-//! [`Tx::create`] and [`Tx::end_tree`] do statement by statement (SQLite
-//! still runs those). The rules are the same, and the store's tests hold both
-//! to them.
+//! The folding operations on Postgres in one round trip each: a create, the
+//! end of a branch with its descendants and the supervisor's batch call the
+//! server-side functions of the migration `20261124000008_one_round_trip`,
+//! which do what [`Tx::create`], [`Tx::end_tree`] and [`Tx::finish_batch`] do
+//! statement by statement (SQLite still runs those). The rules are the same,
+//! and the store's and the engine's tests hold both to them.
 //!
 //! [`Tx::create`]: crate::tx::Tx::create
 //! [`Tx::end_tree`]: crate::tx::Tx::end_tree
+//! [`Tx::finish_batch`]: crate::tx::Tx::finish_batch
 
+use chrono::{DateTime, Utc};
 use foldgate_domain::{Branch, BranchId, BranchStatus, EndReason, LimitKind, TenantId};
 use sqlx::{FromRow, Row, postgres::PgRow};
 
 use crate::{
-    CLEANUP_ROUNDS, CreateRefusal, Finish, Finished, NewBranch, ParentChoice, StoreError, TreeEnd,
-    activity_stale_before,
+    BatchFinish, CLEANUP_ROUNDS, CreateRefusal, Finish, Finished, NewBranch, ParentChoice,
+    StoreError, TreeEnd, activity_stale_before,
     counters::COUNTER_STRIPES,
     ops::{RATE_WINDOW, SLOT_RETRY_AFTER},
     postgres::Postgres,
@@ -32,6 +34,9 @@ const CORRUPT: &str = "FGX01";
 const CREATE: &str = "SELECT r_outcome, r_amount, r_until, r_status, (r_branch).* \
     FROM foldgate_create_branch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
     $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)";
+
+const FINISH_BATCH: &str = "SELECT * \
+    FROM foldgate_finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 const END_TREE: &str = "SELECT r_outcome, (r_branch).* \
     FROM foldgate_end_tree($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
@@ -110,7 +115,7 @@ pub(crate) async fn create_branch(
             let amount = || -> Result<u64, StoreError> {
                 crate::record::tokens(row.try_get::<Option<i64>, _>("r_amount")?.unwrap_or(0))
             };
-            let limited = |limit, until: Option<chrono::DateTime<chrono::Utc>>| {
+            let limited = |limit, until: Option<DateTime<Utc>>| {
                 let retry_after = until.map_or(SLOT_RETRY_AFTER, |until| retry_after(at, until));
                 Ok(Err(CreateRefusal::Limited { limit, retry_after }))
             };
@@ -194,6 +199,48 @@ pub(crate) async fn end_tree(
                 }
             };
             Ok(TreeEnd { outcome, children })
+        })
+        .await
+}
+
+pub(crate) async fn finish_batch(
+    store: &SqlStore<Postgres>,
+    batch: &[BatchFinish],
+) -> Result<Vec<Branch>, StoreError> {
+    store
+        .timed("finish_batch", async {
+            let tenants: Vec<&str> = batch.iter().map(|b| b.tenant.as_str()).collect();
+            let ids: Vec<uuid::Uuid> = batch.iter().map(|b| b.id.as_uuid()).collect();
+            let statuses: Vec<&str> = batch.iter().map(|b| b.finish.status.as_str()).collect();
+            let reasons: Vec<Option<&str>> =
+                batch.iter().map(|b| b.finish.reason.map(EndReason::as_str)).collect();
+            let at: Vec<DateTime<Utc>> = batch.iter().map(|b| b.finish.at).collect();
+            let results: Vec<Option<&str>> =
+                batch.iter().map(|b| b.finish.result.as_deref()).collect();
+            let result_tokens: Vec<i64> =
+                batch.iter().map(|b| db_tokens(b.finish.result_tokens)).collect();
+            let returned: Vec<Option<i64>> =
+                batch.iter().map(|b| b.finish.returned_tokens.map(db_tokens)).collect();
+            let extract: Vec<bool> = batch.iter().map(|b| b.finish.extract).collect();
+            let touch_before: Vec<DateTime<Utc>> =
+                batch.iter().map(|b| activity_stale_before(b.finish.at)).collect();
+            let rows = run(|| {
+                sqlx::query(FINISH_BATCH)
+                    .bind(&tenants)
+                    .bind(&ids)
+                    .bind(&statuses)
+                    .bind(&reasons)
+                    .bind(&at)
+                    .bind(&results)
+                    .bind(&result_tokens)
+                    .bind(&returned)
+                    .bind(&extract)
+                    .bind(&touch_before)
+                    .bind(i32::try_from(COUNTER_STRIPES).unwrap_or(i32::MAX))
+                    .fetch_all(&store.pool)
+            })
+            .await?;
+            rows.iter().map(branch).collect()
         })
         .await
 }

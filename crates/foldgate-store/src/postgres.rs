@@ -8,7 +8,7 @@ use sqlx::{PgPool, Row, postgres::PgConnectOptions};
 use uuid::Uuid;
 
 use crate::{
-    CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
+    BatchFinish, CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
     dialect::{Dialect, Sql},
     record::{db_tokens, ledger},
     store::{SqlStore, retry_after_conflict},
@@ -93,6 +93,14 @@ impl Dialect for Postgres {
         child_reason: EndReason,
     ) -> Result<TreeEnd, StoreError> {
         crate::pg_fold::end_tree(store, tenant, id, finish, child_reason).await
+    }
+
+    /// Ends the batch in one statement (see [`crate::pg_fold`]).
+    async fn finish_batch(
+        store: &SqlStore<Self>,
+        batch: &[BatchFinish],
+    ) -> Result<Vec<Branch>, StoreError> {
+        crate::pg_fold::finish_batch(store, batch).await
     }
 
     /// Charges an upstream call in one statement, and so in one round trip

@@ -343,15 +343,7 @@ where
     }
 
     async fn finish_batch(&self, batch: &[BatchFinish]) -> Result<Vec<Branch>, StoreError> {
-        self.in_tx(
-            "finish_batch",
-            |_| true,
-            |mut tx| async move {
-                let result = tx.finish_batch(batch).await;
-                (tx, result)
-            },
-        )
-        .await
+        D::finish_batch(self, batch).await
     }
 
     async fn end_session(

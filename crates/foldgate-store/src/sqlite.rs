@@ -10,7 +10,7 @@ use sqlx::{
 };
 
 use crate::{
-    CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
+    BatchFinish, CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
     dialect::{Dialect, Sql},
     store::SqlStore,
 };
@@ -107,6 +107,24 @@ impl Dialect for Sqlite {
                 |_| true,
                 |mut tx| async move {
                     let result = tx.end_tree(tenant, id, finish, child_reason).await;
+                    (tx, result)
+                },
+            )
+            .await
+    }
+
+    /// Ends the batch in a transaction of single statements (see
+    /// [`Tx::finish_batch`](crate::tx::Tx::finish_batch)).
+    async fn finish_batch(
+        store: &SqlStore<Self>,
+        batch: &[BatchFinish],
+    ) -> Result<Vec<Branch>, StoreError> {
+        store
+            .in_tx(
+                "finish_batch",
+                |_| true,
+                |mut tx| async move {
+                    let result = tx.finish_batch(batch).await;
                     (tx, result)
                 },
             )

@@ -3,6 +3,7 @@
 
 mod charging;
 mod extract;
+mod folding;
 mod memory;
 mod metrics;
 mod vectors;
