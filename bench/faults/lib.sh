@@ -93,7 +93,8 @@ for name in $(compgen -e); do
         GATEWAY_ENV+=(-u "$name")
     fi
 done
-GATEWAY_ENV+=(FOLDGATE_JWT_SECRET="$SECRET" RUST_LOG="${RUST_LOG:-info}")
+# The branch lifecycle lines (created, returned) are at `debug`.
+GATEWAY_ENV+=(FOLDGATE_JWT_SECRET="$SECRET" RUST_LOG="${RUST_LOG:-info,foldgate_engine=debug}")
 
 # start_gateway PORT OPS_PORT DATABASE_URL CONFIG LOG: starts a gateway in
 # the background and sets GATEWAY_PID (the gateway's own process id, so

@@ -28,7 +28,8 @@ pub use memory::{
 };
 pub use metrics::{EngineMetrics, StoreGauges};
 pub use scrub::{
-    ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber, scrubber_from_config,
+    INLINE_TEXT_BYTES, ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber,
+    scrubber_from_config,
 };
 pub use service::{
     CallTarget, Consumed, CreateBranch, Created, FoldingService, MeteredCall, ReturnBranch,

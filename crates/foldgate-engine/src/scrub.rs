@@ -5,6 +5,13 @@ use std::{fmt::Debug, sync::Arc};
 
 use foldgate_scrub::{RuleSet, ScrubConfig};
 
+/// Text of at most this many bytes is scrubbed and counted on the async
+/// worker that has it. Counting runs at very roughly a microsecond per byte,
+/// so this keeps such work well under the time a worker may run between two
+/// awaits; for small texts, handing the work to the blocking pool and back
+/// (two thread wake-ups) costs more than the work itself.
+pub const INLINE_TEXT_BYTES: usize = 256;
+
 /// Text with secrets replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scrubbed {

@@ -43,11 +43,19 @@ pub struct TelemetryConfig {
     /// report the last reading.
     #[serde(with = "millis")]
     pub store_poll_interval: Duration,
+    /// One `info` line per MCP request (target `foldgate_access`): method,
+    /// tool, outcome, duration, with the request's tenant, session and
+    /// branch. Off by default: then a successful request writes no line.
+    pub access_log: bool,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        Self { log_format: LogFormat::Auto, store_poll_interval: Duration::from_secs(10) }
+        Self {
+            log_format: LogFormat::Auto,
+            store_poll_interval: Duration::from_secs(10),
+            access_log: false,
+        }
     }
 }
 

@@ -27,7 +27,7 @@ mod providers;
 mod settings;
 
 pub use config::{LogFormat, TelemetryConfig};
-pub use logging::{install, subscriber};
+pub use logging::{ACCESS_LOG_TARGET, install, subscriber};
 pub use prometheus::Prometheus;
 pub use propagation::{extract_context, inject_current_context, set_remote_parent};
 pub use providers::{Telemetry, TelemetryError, VERSION};

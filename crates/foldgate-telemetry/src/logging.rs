@@ -23,15 +23,26 @@ use crate::{LogFormat, Telemetry, TelemetryError};
 /// `RUST_LOG=rmcp=info` shows.
 pub const DEFAULT_FILTER: &str = "info,rmcp=warn,genai=error";
 
+/// The target of the access log: one `info` line per MCP request, written
+/// only when `telemetry.access_log` is on, whatever `RUST_LOG` says.
+pub const ACCESS_LOG_TARGET: &str = "foldgate_access";
+
 /// The subscriber: logs filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]) in
-/// `format`, plus `telemetry`'s trace layer when it exports spans (at level
-/// `INFO` and above, whatever `RUST_LOG` says).
+/// `format`, with the access log ([`ACCESS_LOG_TARGET`]) on or off as
+/// `access_log` says, plus `telemetry`'s trace layer when it exports spans
+/// (at level `INFO` and above, whatever `RUST_LOG` says).
 pub fn subscriber(
     telemetry: &Telemetry,
     format: LogFormat,
+    access_log: bool,
 ) -> impl Subscriber + for<'span> LookupSpan<'span> + Send + Sync {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let access = if access_log { "info" } else { "off" };
+    let filter = match format!("{ACCESS_LOG_TARGET}={access}").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = if format.is_json() {
         logs.json().fmt_fields(SpanJsonFields).boxed()
@@ -44,8 +55,12 @@ pub fn subscriber(
 /// Installs [`subscriber`] for the whole process, and the W3C Trace Context
 /// propagator as the global one (for libraries that use it). Call it once,
 /// from `main`; libraries and tests pass [`Telemetry`] around instead.
-pub fn install(telemetry: &Telemetry, format: LogFormat) -> Result<(), TelemetryError> {
-    tracing::subscriber::set_global_default(subscriber(telemetry, format))
+pub fn install(
+    telemetry: &Telemetry,
+    format: LogFormat,
+    access_log: bool,
+) -> Result<(), TelemetryError> {
+    tracing::subscriber::set_global_default(subscriber(telemetry, format, access_log))
         .map_err(TelemetryError::SubscriberInstalled)?;
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),

@@ -96,7 +96,7 @@ fn parse_ttl(raw: &str) -> Result<Duration, String> {
 
 /// Logs only, for the commands that export no telemetry.
 fn init_logs(format: LogFormat) -> anyhow::Result<()> {
-    foldgate_telemetry::install(&Telemetry::disabled(), format)?;
+    foldgate_telemetry::install(&Telemetry::disabled(), format, false)?;
     Ok(())
 }
 
@@ -124,7 +124,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             env.extend(flags.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))));
             let config = Config::load(config.as_deref(), env).map_err(anyhow::Error::msg)?;
             let telemetry = Telemetry::new(&otel_settings()?).context("setting up telemetry")?;
-            foldgate_telemetry::install(&telemetry, config.telemetry.log_format)?;
+            foldgate_telemetry::install(
+                &telemetry,
+                config.telemetry.log_format,
+                config.telemetry.access_log,
+            )?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("listening on {}", config.listen))?;

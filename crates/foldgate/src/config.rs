@@ -123,6 +123,7 @@ const ENV_ALIASES: &[(&str, &[&str])] = &[
     ("FOLDGATE_ALLOWED_HOSTS", &["api", "allowed_hosts"]),
     ("FOLDGATE_ALLOWED_ORIGINS", &["api", "allowed_origins"]),
     ("FOLDGATE_LOG_FORMAT", &["telemetry", "log_format"]),
+    ("FOLDGATE_ACCESS_LOG", &["telemetry", "access_log"]),
 ];
 
 /// Settings that are lists: comma-separated in the environment.

@@ -195,7 +195,7 @@ impl MemoryBank {
         self.embed_later(stored);
         let tenant = &stored.provenance.tenant;
         if stored.flagged.is_empty() {
-            tracing::info!(%tenant, memory_id = %stored.id, kind = %stored.kind,
+            tracing::debug!(%tenant, memory_id = %stored.id, kind = %stored.kind,
                 source = stored.provenance.source.as_str(), "memory item stored");
         } else {
             tracing::warn!(%tenant, memory_id = %stored.id,
@@ -245,7 +245,7 @@ impl MemoryBank {
             .await?
             .ok_or(FoldError::MemoryNotFound)?;
         self.metrics.feedback(&who.tenant, helpful);
-        tracing::info!(tenant = %who.tenant, memory_id = %id, helpful,
+        tracing::debug!(tenant = %who.tenant, memory_id = %id, helpful,
             confidence = item.confidence.get(), "memory feedback");
         Ok(item)
     }

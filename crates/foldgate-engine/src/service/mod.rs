@@ -20,8 +20,8 @@ use foldgate_store::{
 };
 
 use crate::{
-    Clock, EngineMetrics, FoldError, FoldingConfig, Injection, MemoryBank, ScrubFailure, Scrubber,
-    TokenCounter,
+    Clock, EngineMetrics, FoldError, FoldingConfig, INLINE_TEXT_BYTES, Injection, MemoryBank,
+    ScrubFailure, Scrubber, TokenCounter,
 };
 
 mod calls;
@@ -222,7 +222,9 @@ impl FoldingService {
             }
             Some(_) | None => {}
         }
-        tracing::info!(
+        // Per request: at `debug`, so that a successful request writes no
+        // line at the default filter (the access log has one if asked for).
+        tracing::debug!(
             tenant = %who.tenant, branch_id = %branch.id, session_id = %branch.session_id,
             depth = branch.depth, budget = branch.ledger.budget,
             injected_memories = injection.items.len(), "branch created"
@@ -249,17 +251,23 @@ impl FoldingService {
         }
         // Scrub before anything changes, so that a scrubbing failure leaves
         // the whole tree as it was. Scrubbing and counting 50,000 characters
-        // take milliseconds of CPU: off the async workers.
-        let scrubber = Arc::clone(&self.scrubber);
-        let tokens = self.tokens.clone();
+        // take milliseconds of CPU: off the async workers, unless the message
+        // is short.
         let message = req.message.into_string();
-        let scrubbed = tokio::task::spawn_blocking(move || {
-            let scrubbed = scrubber.scrub(&message)?;
+        let scrub = |scrubber: &dyn Scrubber, tokens: &TokenCounter, message: &str| {
+            let scrubbed = scrubber.scrub(message)?;
             let count = tokens.count(&scrubbed.text);
             Ok::<_, ScrubFailure>((scrubbed, count))
-        })
-        .await
-        .unwrap_or_else(|_panicked| Err(ScrubFailure("the scrubber panicked".into())));
+        };
+        let scrubbed = if message.len() <= INLINE_TEXT_BYTES {
+            scrub(self.scrubber.as_ref(), &self.tokens, &message)
+        } else {
+            let scrubber = Arc::clone(&self.scrubber);
+            let tokens = self.tokens.clone();
+            tokio::task::spawn_blocking(move || scrub(scrubber.as_ref(), &tokens, &message))
+                .await
+                .unwrap_or_else(|_panicked| Err(ScrubFailure("the scrubber panicked".into())))
+        };
         let (scrubbed, result_tokens) = scrubbed.map_err(|e| {
             tracing::error!(tenant = %who.tenant, branch_id = %req.branch_id, error = %e,
                 "scrubbing failed; the return was refused");
@@ -286,7 +294,7 @@ impl FoldingService {
         self.metrics.redacted(&scrubbed.by_rule);
         // The charge is capped at what remained of the budget.
         self.metrics.returned(&branch, result_tokens, result_tokens.min(branch.ledger.used));
-        tracing::info!(
+        tracing::debug!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
             children_ended = children_ended.len(), "branch returned"
@@ -385,14 +393,18 @@ impl FoldingService {
         let give_up_at = tokio::time::Instant::now() + self.config.session_end_timeout;
         let mut ended = 0;
         let mut bulk_failed = false;
-        // An idle session has no active branch (their deadlines are far
-        // shorter than the idle timeout); ending it is then one conditional
-        // update that a concurrent use of the session wins.
-        let active = if idle_since.is_some() {
-            Vec::new()
-        } else {
-            self.store.active_in_session(tenant, session).await?
-        };
+        // A session with no active branch (nothing lent from its pool) ends
+        // with one conditional update, which a concurrent use of the session
+        // wins; an idle session has none (their deadlines are far shorter
+        // than the idle timeout). Most sessions end so: their agents returned
+        // their branches.
+        let now = self.clock.now();
+        if idle_since.is_some() || self.store.end_session(tenant, session, now, None).await? {
+            let session_ended = idle_since.is_none()
+                || self.store.end_session(tenant, session, now, idle_since).await?;
+            return Ok(self.session_ended(tenant, session, 0, false, session_ended));
+        }
+        let active = self.store.active_in_session(tenant, session).await?;
         for id in active {
             if tokio::time::Instant::now() >= give_up_at {
                 tracing::warn!(%tenant, %session, "session end timed out; failing the rest");
@@ -409,14 +421,25 @@ impl FoldingService {
         }
         let now = self.clock.now();
         let session_ended = self.store.end_session(tenant, session, now, idle_since).await?;
+        Ok(self.session_ended(tenant, session, ended, bulk_failed, session_ended))
+    }
+
+    fn session_ended(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        ended: u64,
+        bulk_failed: bool,
+        session_ended: bool,
+    ) -> SessionEnded {
         if !session_ended {
             // A branch was created (or, for an idle session, there was
             // activity) meanwhile: a new use of the session, which stays open.
             tracing::info!(%tenant, %session, "session stays open: it was used meanwhile");
         }
-        tracing::info!(%tenant, %session, branches_ended = ended, bulk_failed, session_ended,
+        tracing::debug!(%tenant, %session, branches_ended = ended, bulk_failed, session_ended,
             "session end");
-        Ok(SessionEnded { branches_ended: ended, bulk_failed, session_ended })
+        SessionEnded { branches_ended: ended, bulk_failed, session_ended }
     }
 
     /// Force-returns a branch and, first, its active descendants (deepest

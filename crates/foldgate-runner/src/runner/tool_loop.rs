@@ -367,7 +367,7 @@ impl Runner {
         };
         if store.finish_run(tenant, branch.id, &end).await? {
             self.metrics.ended(tenant.as_str(), &run.model, &outcome.status);
-            tracing::info!(%tenant, branch_id = %branch.id, status = %outcome.status,
+            tracing::debug!(%tenant, branch_id = %branch.id, status = %outcome.status,
                 reason = outcome.reason.as_deref().unwrap_or(""), tokens_used = outcome.tokens_used,
                 tokens_returned = outcome.tokens_returned, steps = outcome.steps, "run ended");
         }

@@ -22,8 +22,8 @@ use std::{sync::Arc, time::Instant};
 
 use foldgate_domain::{BranchId, ErrorCode, Principal, Tokens};
 use foldgate_engine::{
-    CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, OutsideUsage, ScrubFailure,
-    Scrubber, TokenCounter,
+    CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, INLINE_TEXT_BYTES,
+    OutsideUsage, ScrubFailure, Scrubber, TokenCounter,
 };
 use http::HeaderMap;
 use rmcp::model::{CallToolResult, ErrorCode as RpcCode, ErrorData};
@@ -426,17 +426,10 @@ fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// Results with at most this many bytes of text (keys and string values)
-/// are scrubbed and counted on the async worker. Counting runs at very
-/// roughly a microsecond per byte, so this keeps such a call well under the
-/// time a worker may run between two awaits; for small results, handing the
-/// work to the blocking pool and back (two thread wake-ups) costs more than
-/// the work itself.
-const INLINE_TEXT_BYTES: usize = 256;
-
 /// Scrubs a value (unless scrubbing is off for the upstream) and counts its
-/// tokens: off the async workers unless the value is small, since both take
-/// milliseconds on large results.
+/// tokens: off the async workers unless the value's text (keys and string
+/// values) is within [`INLINE_TEXT_BYTES`], since both take milliseconds on
+/// large results.
 async fn scrub_and_count(
     scrubber: &Arc<dyn Scrubber>,
     tokens: &TokenCounter,

@@ -241,6 +241,7 @@ async fn otlp_receives_the_fold_metrics_and_spans() {
     tracing::subscriber::set_global_default(foldgate_telemetry::subscriber(
         &telemetry,
         LogFormat::Text,
+        false,
     ))
     .unwrap();
     let (upstream, upstream_entry) = upstream().await;
