@@ -35,7 +35,18 @@ BEGIN
             + CASE WHEN stripe < p_tenant_limit % p_stripes THEN 1 ELSE 0 END
         ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
     took := FOUND;
+    -- A tenant's stripes are created as its branches need them: one not
+    -- created yet is taken at random before waiting for any (otherwise every
+    -- create would queue on the first stripe, the only one that exists).
     -- Stripes from the limit on have no room when it is below their number.
+    IF NOT took THEN
+        INSERT INTO tenant_usage (tenant_id, stripe, active_branches)
+        SELECT p_tenant, n, 1 FROM generate_series(0, LEAST(p_stripes, p_tenant_limit) - 1) AS n
+        WHERE NOT EXISTS (SELECT 1 FROM tenant_usage u WHERE u.tenant_id = p_tenant AND u.stripe = n)
+        ORDER BY random() LIMIT 1
+        ON CONFLICT DO NOTHING;
+        took := FOUND;
+    END IF;
     IF NOT took THEN
         FOR s IN 0 .. LEAST(p_stripes, p_tenant_limit) - 1 LOOP
             INSERT INTO tenant_usage (tenant_id, stripe, active_branches) VALUES (p_tenant, s, 1)
@@ -58,6 +69,14 @@ BEGIN
             + CASE WHEN stripe < p_total_limit % p_stripes THEN 1 ELSE 0 END
         ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED);
     took := FOUND;
+    IF NOT took THEN
+        INSERT INTO deployment_usage (stripe, active_branches)
+        SELECT n, 1 FROM generate_series(0, LEAST(p_stripes, p_total_limit) - 1) AS n
+        WHERE NOT EXISTS (SELECT 1 FROM deployment_usage u WHERE u.stripe = n)
+        ORDER BY random() LIMIT 1
+        ON CONFLICT DO NOTHING;
+        took := FOUND;
+    END IF;
     IF NOT took THEN
         FOR s IN 0 .. LEAST(p_stripes, p_total_limit) - 1 LOOP
             INSERT INTO deployment_usage (stripe, active_branches) VALUES (s, 1)
@@ -412,6 +431,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     round INTEGER;
     child UUID;
+    children UUID[];
+    locked UUID[];
     ended INTEGER := 0;
     outcome TEXT;
     v_row branches;
@@ -419,29 +440,22 @@ DECLARE
     v_session TEXT;
 BEGIN
     FOR round IN 1 .. p_rounds LOOP
-        PERFORM 1 FROM branches
-        WHERE tenant_id = p_tenant AND id IN (
-            WITH RECURSIVE tree (id) AS (
-                SELECT id FROM branches
-                WHERE tenant_id = p_tenant AND parent_id = p_id AND status = 'active'
-                UNION ALL
-                SELECT b.id FROM branches b JOIN tree t ON b.parent_id = t.id
-                WHERE b.tenant_id = p_tenant AND b.status = 'active')
-            SELECT id FROM tree
-            UNION ALL SELECT p_id
-            UNION ALL SELECT parent_id FROM branches
-                WHERE tenant_id = p_tenant AND id = p_id AND parent_id IS NOT NULL)
+        -- The ids first, then the rows by key: a lock statement that joined
+        -- the tree to the table would scan the table as the planner sees fit.
+        WITH RECURSIVE tree (id, depth) AS (
+            SELECT id, depth FROM branches
+            WHERE tenant_id = p_tenant AND parent_id = p_id AND status = 'active'
+            UNION ALL
+            SELECT b.id, b.depth FROM branches b JOIN tree t ON b.parent_id = t.id
+            WHERE b.tenant_id = p_tenant AND b.status = 'active')
+        SELECT COALESCE(array_agg(id ORDER BY depth DESC, id DESC), '{}') INTO children
+        FROM tree;
+        SELECT children || p_id || COALESCE(array_agg(parent_id), '{}') INTO locked
+        FROM branches WHERE tenant_id = p_tenant AND id = p_id AND parent_id IS NOT NULL;
+        PERFORM 1 FROM branches WHERE id = ANY (locked) AND tenant_id = p_tenant
         ORDER BY depth DESC, id DESC FOR UPDATE;
 
-        FOR child IN
-            WITH RECURSIVE tree (id, depth) AS (
-                SELECT id, depth FROM branches
-                WHERE tenant_id = p_tenant AND parent_id = p_id AND status = 'active'
-                UNION ALL
-                SELECT b.id, b.depth FROM branches b JOIN tree t ON b.parent_id = t.id
-                WHERE b.tenant_id = p_tenant AND b.status = 'active')
-            SELECT id FROM tree ORDER BY depth DESC, id DESC
-        LOOP
+        FOREACH child IN ARRAY children LOOP
             SELECT * INTO res FROM foldgate_end_branch(p_tenant, child, p_child_status,
                 p_child_reason, p_at, NULL, 0, NULL, FALSE, TRUE);
             IF res.r_outcome = 'done' THEN
