@@ -168,12 +168,10 @@ impl Operation {
         self.metrics.record_operation(&operation, elapsed);
         // Nothing is written unless the access log is on (see
         // `telemetry.access_log`); the span adds tenant, session and branch.
-        self.span.in_scope(|| {
-            tracing::info!(target: foldgate_telemetry::ACCESS_LOG_TARGET,
-                method = self.method, tool = self.tool.as_deref(),
-                outcome = error_type.unwrap_or("ok"),
-                duration_ms = elapsed.as_secs_f64() * 1000.0, "request");
-        });
+        tracing::info!(target: foldgate_telemetry::ACCESS_LOG_TARGET, parent: &self.span,
+            method = self.method, tool = self.tool.as_deref(),
+            outcome = error_type.unwrap_or("ok"),
+            duration_ms = elapsed.as_secs_f64() * 1000.0, "request");
         if let Some(version) = protocol_version {
             self.span.record("mcp.protocol.version", version);
         }

@@ -43,7 +43,7 @@ const END_TREE: &str = "SELECT r_outcome, (r_branch).* \
 
 /// Runs a statement that is a whole transaction, again after a deadlock or
 /// a serialisation failure, and names the functions' own errors.
-async fn run<T, F, Fut>(mut statement: F) -> Result<T, StoreError>
+pub(crate) async fn run<T, F, Fut>(mut statement: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,

@@ -11,7 +11,7 @@ use crate::{
     BatchFinish, CallRecord, ConnectOptions, CreateRefusal, Finish, NewBranch, StoreError, TreeEnd,
     dialect::{Dialect, Sql},
     record::{db_tokens, ledger},
-    store::{SqlStore, retry_after_conflict},
+    store::SqlStore,
     ts::Ts,
     tx::bind_call,
 };
@@ -117,9 +117,7 @@ impl Dialect for Postgres {
             .timed("meter_call", async {
                 let tokens = call.tokens();
                 let trace_line = Uuid::now_v7();
-                let mut attempt = 0;
-                let row = loop {
-                    attempt += 1;
+                let row = crate::pg_fold::run(|| {
                     let query = sqlx::query(METER_CALL)
                         .bind(tenant.as_str())
                         .bind(id.as_uuid())
@@ -127,14 +125,11 @@ impl Dialect for Postgres {
                         .bind(Ts(call.at))
                         .bind(!store.synchronous_metering)
                         .bind(trace_line);
-                    let query =
-                        bind_call(query, call).bind(Ts(crate::activity_stale_before(call.at)));
-                    let result = query.fetch_optional(&store.pool).await;
-                    let result = result.map_err(StoreError::from);
-                    if !retry_after_conflict::<Self, _>(attempt, &result) {
-                        break result?;
-                    }
-                };
+                    bind_call(query, call)
+                        .bind(Ts(crate::activity_stale_before(call.at)))
+                        .fetch_optional(&store.pool)
+                })
+                .await?;
                 let Some(row) = row else {
                     return Ok(None);
                 };
