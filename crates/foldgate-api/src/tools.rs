@@ -103,9 +103,8 @@ impl FoldingTools {
                     StatusQuery::Session(session) => Some(session.clone()),
                     StatusQuery::Branch(_) => None,
                 };
-                let found = match s.status(who, query).await? {
-                    Some(branch) => {
-                        let calls = s.call_summary(who, branch.id).await?;
+                let found = match s.report(who, query).await? {
+                    Some((branch, calls)) => {
                         let run = match branch.kind {
                             BranchKind::Gateway => self.run_view(who, branch.id).await?,
                             BranchKind::Agent => None,

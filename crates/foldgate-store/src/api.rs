@@ -86,6 +86,14 @@ pub trait Store: MemoryStore + MemoryVectors + Send + Sync + Debug {
         id: BranchId,
     ) -> Result<CallSummary, StoreError>;
 
+    /// A branch with what its upstream calls add up to, read in one
+    /// statement (what [`Store::branch`] and [`Store::call_summary`] read).
+    async fn branch_report(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+    ) -> Result<Option<(Branch, CallSummary)>, StoreError>;
+
     /// Up to `limit` open sessions of a principal.
     async fn open_sessions_of(
         &self,

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use foldgate_domain::{Branch, BranchId, Ledger, Session, SessionId, Subject, TenantId, Tokens};
 use uuid::Uuid;
 
-use crate::StoreError;
+use crate::{CallSummary, StoreError, ToolCalls};
 
 /// The columns of `branches`, in the order of [`BRANCH_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
@@ -48,6 +48,69 @@ macro_rules! branch_columns {
     };
 }
 pub(crate) use branch_columns;
+
+/// One upstream tool's calls in a branch, added up, from the statement that
+/// [`call_groups`] starts; every column is empty in a branch's row that
+/// found no calls (a left join).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct CallGroupRow {
+    pub upstream: Option<String>,
+    pub tool: Option<String>,
+    pub calls: Option<i64>,
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+    pub charged: Option<i64>,
+    pub errors: Option<i64>,
+    pub truncated: Option<i64>,
+    pub last_call_at: Option<DateTime<Utc>>,
+}
+
+/// A branch with one tool's calls: the rows of `Store::branch_report`.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct BranchCallsRow {
+    #[sqlx(flatten)]
+    pub branch: BranchRow,
+    #[sqlx(flatten)]
+    pub calls: CallGroupRow,
+}
+
+/// A branch's calls grouped by tool, as the columns of [`CallGroupRow`]:
+/// the tail of a `SELECT` whose tenant and branch are `$1` and `$2`.
+macro_rules! call_groups {
+    () => {
+        "upstream, tool, count(*) AS calls, CAST(sum(tokens_in) AS BIGINT) AS tokens_in, \
+         CAST(sum(tokens_out) AS BIGINT) AS tokens_out, \
+         CAST(sum(tokens_charged) AS BIGINT) AS charged, \
+         count(*) FILTER (WHERE outcome IN ('tool_error', 'upstream_error', 'refused')) AS errors, \
+         count(*) FILTER (WHERE outcome = 'truncated') AS truncated, max(called_at) AS last_call_at \
+         FROM branch_calls WHERE tenant_id = $1 AND branch_id = $2 GROUP BY branch_id, upstream, tool"
+    };
+}
+pub(crate) use call_groups;
+
+/// Adds up a branch's calls from their groups, in the groups' order; a
+/// group with no tool (a branch without calls) counts nothing.
+pub(crate) fn call_summary(groups: impl IntoIterator<Item = CallGroupRow>) -> CallSummary {
+    let n = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+    let mut summary = CallSummary::default();
+    for group in groups {
+        let (Some(upstream), Some(tool)) = (group.upstream, group.tool) else { continue };
+        summary.calls += n(group.calls);
+        summary.tokens_in += n(group.tokens_in);
+        summary.tokens_out += n(group.tokens_out);
+        summary.tokens_charged += n(group.charged);
+        summary.errors += n(group.errors);
+        summary.truncated += n(group.truncated);
+        summary.last_call_at = summary.last_call_at.max(group.last_call_at);
+        summary.by_tool.push(ToolCalls {
+            upstream,
+            tool,
+            calls: n(group.calls),
+            tokens: n(group.charged),
+        });
+    }
+    summary
+}
 
 /// The columns of `sessions`.
 #[derive(Debug, sqlx::FromRow)]

@@ -17,10 +17,13 @@ use uuid::Uuid;
 use crate::{
     BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
     ModelBill, NewBranch, NewStep, OutsideUsage, PoolUsage, Run, RunEnd, RunStep, StepWritten,
-    Store, StoreError, ToolCalls, TreeEnd, check_migrated,
+    Store, StoreError, TreeEnd, check_migrated,
     dialect::{Dialect, Param, RowsAffected, Sql, Value, locking},
     due_branch, idle_session,
-    record::{BranchRow, SessionRow, branch_columns, db_tokens, session_columns},
+    record::{
+        BranchCallsRow, BranchRow, CallGroupRow, SessionRow, branch_columns, call_groups,
+        call_summary, db_tokens, session_columns,
+    },
     store::SqlStore,
     ts::Ts,
     tx::{ACTIVE_DESCENDANTS, touch_session},
@@ -203,32 +206,46 @@ where
         id: BranchId,
     ) -> Result<CallSummary, StoreError> {
         self.timed("call_summary", async {
-            let rows: Vec<(String, String, i64, i64, i64, i64, i64, i64, Option<DateTime<Utc>>)> =
-                sqlx::query_as(
-                    "SELECT upstream, tool, count(*), CAST(sum(tokens_in) AS BIGINT), CAST(sum(tokens_out) AS BIGINT), \
-                     CAST(sum(tokens_charged) AS BIGINT), \
-                     count(*) FILTER (WHERE outcome IN ('tool_error', 'upstream_error', 'refused')), \
-                     count(*) FILTER (WHERE outcome = 'truncated'), max(called_at) \
-                     FROM branch_calls WHERE tenant_id = $1 AND branch_id = $2 \
-                     GROUP BY upstream, tool ORDER BY sum(tokens_charged) DESC, upstream, tool",
-                )
-                .bind(tenant.as_str())
-                .bind(id.as_uuid())
-                .fetch_all(&self.pool)
-                .await?;
-            let mut summary = CallSummary::default();
-            for (upstream, tool, calls, tin, tout, charged, errors, truncated, last) in rows {
-                let n = |v: i64| u64::try_from(v).unwrap_or(0);
-                summary.calls += n(calls);
-                summary.tokens_in += n(tin);
-                summary.tokens_out += n(tout);
-                summary.tokens_charged += n(charged);
-                summary.errors += n(errors);
-                summary.truncated += n(truncated);
-                summary.last_call_at = summary.last_call_at.max(last);
-                summary.by_tool.push(ToolCalls { upstream, tool, calls: n(calls), tokens: n(charged) });
-            }
-            Ok(summary)
+            let groups: Vec<CallGroupRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                call_groups!(),
+                " ORDER BY charged DESC, upstream, tool"
+            ))
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(call_summary(groups))
+        })
+        .await
+    }
+
+    async fn branch_report(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+    ) -> Result<Option<(Branch, CallSummary)>, StoreError> {
+        self.timed("branch_report", async {
+            // The branch's row once per tool it called (once if none): one
+            // statement where a branch and then its calls took two.
+            let rows: Vec<BranchCallsRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                branch_columns!(),
+                ", c.upstream, c.tool, c.calls, c.tokens_in, c.tokens_out, c.charged, c.errors, \
+                 c.truncated, c.last_call_at FROM branches AS b LEFT JOIN (SELECT branch_id, ",
+                call_groups!(),
+                ") AS c ON c.branch_id = b.id WHERE b.tenant_id = $1 AND b.id = $2 \
+                 ORDER BY c.charged DESC, c.upstream, c.tool"
+            ))
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_all(&self.pool)
+            .await?;
+            let mut rows = rows.into_iter();
+            let Some(first) = rows.next() else { return Ok(None) };
+            let groups = std::iter::once(first.calls).chain(rows.map(|row| row.calls));
+            let summary = call_summary(groups);
+            Ok(Some((Branch::try_from(first.branch)?, summary)))
         })
         .await
     }

@@ -316,6 +316,33 @@ impl FoldingService {
         who: &Principal,
         query: StatusQuery,
     ) -> Result<Option<Branch>, FoldError> {
+        self.find(who, query).await
+    }
+
+    /// What `branch_status` shows: the branch, or the session's active
+    /// branch, with what its upstream calls add up to (`None` if the session
+    /// has no active branch). A branch asked for by id is read in one
+    /// statement.
+    #[tracing::instrument(name = "branch.status", skip_all, fields(tenant = %who.tenant))]
+    pub async fn report(
+        &self,
+        who: &Principal,
+        query: StatusQuery,
+    ) -> Result<Option<(Branch, CallSummary)>, FoldError> {
+        match query {
+            StatusQuery::Branch(id) => match self.store.branch_report(&who.tenant, id).await? {
+                Some((branch, calls)) if branch.owner == who.subject => Ok(Some((branch, calls))),
+                _ => Err(FoldError::BranchNotFound),
+            },
+            StatusQuery::Session(_) => {
+                let Some(branch) = self.find(who, query).await? else { return Ok(None) };
+                let calls = self.store.call_summary(&who.tenant, branch.id).await?;
+                Ok(Some((branch, calls)))
+            }
+        }
+    }
+
+    async fn find(&self, who: &Principal, query: StatusQuery) -> Result<Option<Branch>, FoldError> {
         match query {
             StatusQuery::Branch(id) => self.owned_branch(who, id).await.map(Some),
             StatusQuery::Session(session) => {

@@ -1,7 +1,8 @@
 //! The charging rule, as the store applies it to metered calls: for many
 //! ledgers and calls, [`Store::meter_call`] grants, reports and writes what
 //! [`Ledger::consume`] says, on each backend (Postgres in one statement,
-//! SQLite in a transaction of several).
+//! SQLite in a transaction of several); and what a branch's calls add up to,
+//! as [`Store::branch_report`] reads them with the branch.
 
 use std::time::Duration;
 
@@ -292,7 +293,53 @@ async fn meter_call_follows_the_charging_rule(backend: Backend) {
     }
 }
 
+/// `branch_report` reads in one statement what `branch` and `call_summary`
+/// read in two, with calls and without, and nothing of another tenant.
+async fn a_branch_report_is_the_branch_and_its_calls(backend: Backend) {
+    let fx = Fixture::new(backend).await;
+    let (store, tenant, id) = (&fx.store, &fx.tenant, fx.branch);
+    let report = store.branch_report(tenant, id).await.unwrap().expect("found");
+    assert_eq!(report.0, store.branch(tenant, id).await.unwrap().unwrap());
+    assert_eq!(report.1, foldgate_store::CallSummary::default(), "no calls yet");
+
+    let calls = [
+        ("files", "read", 10, 30, CallOutcome::Ok),
+        ("files", "read", 5, 7, CallOutcome::ToolError),
+        ("git", "log", 100, 200, CallOutcome::Truncated),
+        ("files", "write", 1, 1, CallOutcome::Refused),
+    ];
+    for (i, (upstream, tool, tokens_in, tokens_out, outcome)) in calls.into_iter().enumerate() {
+        let call = CallRecord {
+            upstream: upstream.into(),
+            tool: tool.into(),
+            tokens_in,
+            tokens_out,
+            duration: Duration::from_millis(3),
+            outcome,
+            at: fx.t0 + chrono::Duration::seconds(i64::try_from(i).unwrap() + 1),
+        };
+        store.meter_call(tenant, id, &call).await.unwrap().expect("active");
+    }
+    let (branch, summary) = store.branch_report(tenant, id).await.unwrap().expect("found");
+    assert_eq!(branch, store.branch(tenant, id).await.unwrap().unwrap());
+    assert_eq!(summary, store.call_summary(tenant, id).await.unwrap());
+    assert_eq!(summary.calls, 4);
+    assert_eq!((summary.errors, summary.truncated), (2, 1));
+    assert_eq!(summary.last_call_at, Some(fx.t0 + chrono::Duration::seconds(4)));
+    let tools: Vec<_> =
+        summary.by_tool.iter().map(|t| (t.upstream.as_str(), t.tool.as_str(), t.calls)).collect();
+    assert_eq!(tools, [("git", "log", 1), ("files", "read", 2), ("files", "write", 1)]);
+
+    let other = TenantId::parse("globex").unwrap();
+    assert!(store.branch_report(&other, id).await.unwrap().is_none(), "another tenant's");
+    assert!(store.branch_report(tenant, BranchId::generate()).await.unwrap().is_none());
+    fx.store.close().await;
+    with_pool!(&fx.pool, |p| p.close().await);
+    fx.db.cleanup().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    meter_call_follows_the_charging_rule
+    meter_call_follows_the_charging_rule,
+    a_branch_report_is_the_branch_and_its_calls
 );
