@@ -251,6 +251,18 @@ where
         finish: &Finish,
         child_reason: EndReason,
     ) -> Result<TreeEnd, StoreError> {
+        if let Some(owner) = &finish.by {
+            // Owner and kind never change: read before anything is locked.
+            let refused = match self.lock_branch(tenant, id.as_uuid()).await? {
+                Some(row) if row.owner_sub != owner.as_str() => Some(Finished::NotFound),
+                None => Some(Finished::NotFound),
+                Some(row) if row.kind == BranchKind::Gateway.as_str() => Some(Finished::GatewayRun),
+                Some(_) => None,
+            };
+            if let Some(outcome) = refused {
+                return Ok(TreeEnd { outcome, children: Vec::new() });
+            }
+        }
         let mut children = Vec::new();
         let child_finish = Finish::forced(child_reason, finish.at);
         for child in self.active_descendants(tenant, id).await? {

@@ -10,7 +10,7 @@
 //! [`Tx::finish_batch`]: crate::tx::Tx::finish_batch
 
 use chrono::{DateTime, Utc};
-use foldgate_domain::{Branch, BranchId, BranchStatus, EndReason, LimitKind, TenantId};
+use foldgate_domain::{Branch, BranchId, BranchStatus, EndReason, LimitKind, Subject, TenantId};
 use sqlx::{FromRow, Row, postgres::PgRow};
 
 use crate::{
@@ -39,7 +39,7 @@ const FINISH_BATCH: &str = "SELECT * \
     FROM foldgate_finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 const END_TREE: &str = "SELECT r_outcome, (r_branch).* \
-    FROM foldgate_end_tree($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+    FROM foldgate_return_tree($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
 
 /// Runs a statement that is a whole transaction, again after a deadlock or
 /// a serialisation failure, and names the functions' own errors.
@@ -176,6 +176,7 @@ pub(crate) async fn end_tree(
                     .bind(Ts(activity_stale_before(finish.at)))
                     .bind(i32::try_from(COUNTER_STRIPES).unwrap_or(i32::MAX))
                     .bind(i32::from(CLEANUP_ROUNDS))
+                    .bind(finish.by.as_ref().map(Subject::as_str))
                     .fetch_all(&store.pool)
             })
             .await?;
@@ -187,6 +188,7 @@ pub(crate) async fn end_tree(
             let outcome = match outcome.as_str() {
                 "done" => Finished::Done(Box::new(branch(last)?)),
                 "not_found" => Finished::NotFound,
+                "gateway_run" => Finished::GatewayRun,
                 "has_children" => Finished::HasActiveChildren,
                 "not_active" => {
                     let status: String = last.try_get("status")?;

@@ -107,6 +107,11 @@ pub struct Finish {
     /// all, and only by the return that ended it.
     pub extract: bool,
     pub at: DateTime<Utc>,
+    /// The agent returning the branch, checked by [`Store::end_tree`]
+    /// before anything changes: another owner's branch is not found, and a
+    /// gateway-run branch is refused ([`Finished::GatewayRun`]). `None` for
+    /// the ends the gateway makes itself.
+    pub by: Option<Subject>,
 }
 
 impl Finish {
@@ -121,6 +126,7 @@ impl Finish {
             returned_tokens: None,
             extract: false,
             at,
+            by: None,
         }
     }
 }
@@ -144,6 +150,8 @@ pub enum Finished {
     NotActive(BranchStatus),
     /// A child became active after the caller cleaned up; clean up again.
     HasActiveChildren,
+    /// An agent tried to return a gateway-run branch (see [`Finish::by`]).
+    GatewayRun,
 }
 
 /// What [`Store::end_tree`] did: the branch's own end, and the active

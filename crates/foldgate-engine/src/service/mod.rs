@@ -241,14 +241,24 @@ impl FoldingService {
         who: &Principal,
         req: ReturnBranch,
     ) -> Result<Returned, FoldError> {
-        let branch = self.owned_branch(who, req.branch_id).await?;
-        tracing::Span::current().record("session.id", tracing::field::display(&branch.session_id));
-        if branch.kind == BranchKind::Gateway {
-            return Err(FoldError::GatewayRunBranch);
-        }
-        if branch.status != BranchStatus::Active {
-            return Err(FoldError::BranchNotActive { status: branch.status });
-        }
+        // Queued by the statement that ends the branch (see `MemoryBank::extracts`).
+        let memory = self.memory.as_ref().filter(|_| req.extract_memory);
+        // The memory judges the branch before it ends, so then it is read
+        // first; otherwise the statement that ends it checks the owner, the
+        // kind and the state (`Finish::by`), and a return is one statement.
+        let known = match memory {
+            Some(_) => {
+                let branch = self.owned_branch(who, req.branch_id).await?;
+                if branch.kind == BranchKind::Gateway {
+                    return Err(FoldError::GatewayRunBranch);
+                }
+                if branch.status != BranchStatus::Active {
+                    return Err(FoldError::BranchNotActive { status: branch.status });
+                }
+                Some(branch)
+            }
+            None => None,
+        };
         // Scrub before anything changes, so that a scrubbing failure leaves
         // the whole tree as it was. Scrubbing and counting 50,000 characters
         // take milliseconds of CPU: off the async workers, unless the message
@@ -274,9 +284,9 @@ impl FoldingService {
             FoldError::ScrubbingFailed
         })?;
         let (status, reason) = req.outcome.end();
-        // Queued by the statement that ends the branch (see `MemoryBank::extracts`).
-        let memory = self.memory.as_ref().filter(|_| req.extract_memory);
-        let extract = memory.is_some_and(|m| m.extracts(&branch, status, &scrubbed.text));
+        let extract = memory
+            .zip(known.as_ref())
+            .is_some_and(|(m, branch)| m.extracts(branch, status, &scrubbed.text));
         let finish = Finish {
             status,
             reason,
@@ -285,9 +295,11 @@ impl FoldingService {
             result: Some(scrubbed.text.clone()),
             extract,
             at: self.clock.now(),
+            by: Some(who.subject.clone()),
         };
         let (branch, children_ended) =
             self.end_tree(&who.tenant, req.branch_id, finish, EndReason::ParentReturning).await?;
+        tracing::Span::current().record("session.id", tracing::field::display(&branch.session_id));
         if let Some(memory) = memory.filter(|_| extract) {
             memory.extraction_queued();
         }
@@ -605,6 +617,7 @@ impl FoldingService {
             Finished::NotActive(status) => Err(FoldError::BranchNotActive { status }),
             // Children kept appearing faster than they could be ended.
             Finished::HasActiveChildren => Err(FoldError::Busy),
+            Finished::GatewayRun => Err(FoldError::GatewayRunBranch),
         }
     }
 

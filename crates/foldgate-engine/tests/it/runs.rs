@@ -178,6 +178,7 @@ async fn a_model_step_measures_the_context_into_the_ledger(backend: Backend) {
         returned_tokens: Some(3),
         extract: false,
         at: now,
+        by: None,
     };
     let ended = env.service.end_run(tenant, branch.id, finish).await.unwrap().unwrap();
     assert_eq!(

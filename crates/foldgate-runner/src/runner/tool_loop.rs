@@ -342,6 +342,7 @@ impl Runner {
                 // Its lessons are distilled instead (`branch_runs.distill`).
                 extract: false,
                 at: self.service.clock().now(),
+                by: None,
             };
             self.service.end_run(tenant, branch.id, finish).await?;
         }

@@ -51,6 +51,7 @@ fn returned(extract: bool, at: DateTime<Utc>) -> Finish {
         returned_tokens: Some(8),
         extract,
         at,
+        by: None,
     }
 }
 

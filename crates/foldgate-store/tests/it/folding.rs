@@ -52,7 +52,9 @@ enum Op {
         timeout_s: i64,
     },
     /// Ends a created branch (by index) after its descendants.
-    EndTree { pick: usize, status: u8, result_tokens: Tokens, extract: bool },
+    /// `by`: nobody (the gateway's own end), or the agent returning it
+    /// (alice, bob), which the end checks.
+    EndTree { pick: usize, status: u8, result_tokens: Tokens, extract: bool, by: u8 },
     /// The supervisor's batch over created branches (by index).
     Batch { picks: Vec<usize>, exhausted: bool },
 }
@@ -90,12 +92,13 @@ fn op() -> impl Strategy<Value = Op> {
                     timeout_s: t,
                 }
             }),
-        3 => (0..OPS, 0..4u8, 0..=80u64, any::<bool>()).prop_map(
-            |(pick, status, result_tokens, extract)| Op::EndTree {
+        3 => (0..OPS, 0..4u8, 0..=80u64, any::<bool>(), 0..3u8).prop_map(
+            |(pick, status, result_tokens, extract, by)| Op::EndTree {
                 pick,
                 status,
                 result_tokens,
-                extract
+                extract,
+                by,
             }
         ),
         1 => (prop::collection::vec(0..OPS, 1..5), any::<bool>())
@@ -237,7 +240,7 @@ async fn play(side: &Side, case: &Case, number: u32) -> Vec<String> {
                 }
                 log.push(answer(&result));
             }
-            Op::EndTree { pick, status, result_tokens, extract } => {
+            Op::EndTree { pick, status, result_tokens, extract, by } => {
                 let Some(id) = id_of(*pick) else { continue };
                 let (status, reason) = match status {
                     0 => (BranchStatus::Completed, None),
@@ -253,6 +256,7 @@ async fn play(side: &Side, case: &Case, number: u32) -> Vec<String> {
                     returned_tokens: Some(*result_tokens),
                     extract: *extract,
                     at,
+                    by: by.checked_sub(1).map(|owner| owners[usize::from(owner)].clone()),
                 };
                 let child_reason = match reason {
                     Some(EndReason::SessionEnded) => EndReason::SessionEnded,
