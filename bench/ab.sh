@@ -39,14 +39,9 @@ REPEAT=${FOLDGATE_BENCH_REPEAT:-2}
 BENCH=${FOLDGATE_BENCH_BIN:-$TARGET_DIR/release/foldgate-bench}
 mkdir -p "$OUT"
 
-DATABASES=()
-drop_dbs() {
-    local name
-    for name in "${DATABASES[@]}"; do
-        psql "$PG/postgres" -qAtc "DROP DATABASE IF EXISTS $name WITH (FORCE)" >/dev/null 2>&1 || true
-    done
-}
-trap drop_dbs EXIT
+PG_PARAMS=sslmode=disable
+# shellcheck source=bench/databases.sh
+. "$REPO/bench/databases.sh"
 
 echo "results in $OUT"
 uptime | tee "$OUT/load-average-start.txt"
@@ -60,10 +55,9 @@ for config in "${CONFIGS[@]}"; do
             binary=$PREVIOUS
             [ "$which" = this ] && binary=$THIS
             name="foldgate_ab_${mode//-/_}${agents}_${which}_${run}_$$"
-            psql "$PG/postgres" -qAtc "CREATE DATABASE $name" >/dev/null
-            DATABASES+=("$name")
+            fresh_db "$name"
             report="$OUT/$mode-$agents-$which-$run.json"
-            "$BENCH" run --spawn-gateway "$binary" --database-url "$PG/$name?sslmode=disable" \
+            "$BENCH" run --spawn-gateway "$binary" --database-url "$DB" \
                 --gateway-log "$OUT/$mode-$agents-$which-$run.gateway.log" --baseline \
                 --rounds "$ROUNDS" --mode "$mode" --agents "$agents" --duration "$DURATION" \
                 --json "$report" >"$OUT/$mode-$agents-$which-$run.txt" 2>&1 || {

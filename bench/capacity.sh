@@ -40,14 +40,9 @@ pg_cpu() {
     echo "scale=3; $total / $TICKS" | bc
 }
 
-DATABASES=()
-drop_dbs() {
-    local name
-    for name in "${DATABASES[@]}"; do
-        psql "$PG/postgres" -qAtc "DROP DATABASE IF EXISTS $name WITH (FORCE)" >/dev/null 2>&1 || true
-    done
-}
-trap drop_dbs EXIT
+PG_PARAMS=sslmode=disable
+# shellcheck source=bench/databases.sh
+. "$REPO/bench/databases.sh"
 
 echo "results in $OUT"
 uptime | tee "$OUT/load-average-start.txt"
@@ -55,15 +50,14 @@ for config in "${CONFIGS[@]}"; do
     mode=${config%%:*}
     agents=${config##*:}
     name="foldgate_capacity_${mode//-/_}${agents}_$$"
-    psql "$PG/postgres" -qAtc "CREATE DATABASE $name" >/dev/null
-    DATABASES+=("$name")
+    fresh_db "$name"
     # Counts calls and time of the folding functions (statements inside them
     # are not counted separately).
     psql "$PG/postgres" -qAtc "ALTER DATABASE $name SET track_functions = 'pl'" >/dev/null
-    db="$PG/$name"
+    db=$DB
     psql "$db" -qAtc "SELECT pg_stat_reset_shared('wal')" >/dev/null
     before=$(pg_cpu)
-    "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$db?sslmode=disable" \
+    "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$db" \
         --gateway-log "$OUT/$mode-$agents.gateway.log" --mode "$mode" --agents "$agents" \
         --duration "$DURATION" --json "$OUT/$mode-$agents.json" >"$OUT/$mode-$agents.txt" 2>&1
     after=$(pg_cpu)

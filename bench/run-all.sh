@@ -36,22 +36,12 @@ mkdir -p "$OUT"
 FOLDGATE=$TARGET_DIR/release/foldgate
 BENCH=$TARGET_DIR/release/foldgate-bench
 
-DATABASES=()
-# fresh_db NAME: a new database, dropped on exit; sets DB. (Not in a
-# command substitution: DATABASES must reach the exit trap.)
-fresh_db() {
-    local name="foldgate_bench_$1_$(date +%s)_$$"
-    psql "$PG/postgres" -qAtc "CREATE DATABASE $name" >/dev/null
-    DATABASES+=("$name")
-    DB="$PG/$name${PG_PARAMS:+?$PG_PARAMS}"
+# shellcheck source=bench/databases.sh
+. "$REPO/bench/databases.sh"
+# bench_db NAME: a fresh database for one part of the run; sets DB.
+bench_db() {
+    fresh_db "foldgate_bench_$1_$(date +%s)_$$"
 }
-drop_dbs() {
-    local name
-    for name in "${DATABASES[@]}"; do
-        psql "$PG/postgres" -qAtc "DROP DATABASE IF EXISTS $name WITH (FORCE)" >/dev/null 2>&1 || true
-    done
-}
-trap drop_dbs EXIT
 
 echo "results in $OUT"
 uptime | tee "$OUT/load-average-start.txt"
@@ -60,7 +50,7 @@ uptime | tee "$OUT/load-average-start.txt"
 for mode in status fold; do
     for agents in 1 16 64; do
         echo "== $mode, $agents agents"
-        fresh_db "$mode$agents"
+        bench_db "$mode$agents"
         "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
             --gateway-log "$OUT/$mode-$agents.gateway.log" --baseline --rounds "$ROUNDS" \
             --mode "$mode" --agents "$agents" --duration "$DURATION" \
@@ -70,7 +60,7 @@ done
 
 # Proxied calls: the bench's echo server as the gateway's upstream.
 echo "== proxy, 16 agents"
-fresh_db proxy16
+bench_db proxy16
 if ! "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
     --gateway-log "$OUT/proxy-16.gateway.log" --baseline --rounds "$ROUNDS" \
     --mode proxy --agents 16 --duration "$DURATION" \
@@ -82,7 +72,7 @@ fi
 # upstream directly: metered to a branch, and outside any branch.
 for mode in proxy proxy-outside; do
     echo "== $mode, 1 agent"
-    fresh_db "${mode//-/_}1"
+    bench_db "${mode//-/_}1"
     "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
         --gateway-log "$OUT/$mode-1.gateway.log" --baseline --rounds "$ROUNDS" \
         --mode "$mode" --agents 1 --duration "$DURATION" \
@@ -90,14 +80,14 @@ for mode in proxy proxy-outside; do
 done
 
 echo "== deadline scale: $BRANCHES branches"
-fresh_db deadlines
+bench_db deadlines
 "$BENCH" deadlines --spawn-gateway "$FOLDGATE" --database-url "$DB" \
     --gateway-log "$OUT/deadlines.gateway.log" --branches "$BRANCHES" --timeout 60 --agents 16 --tenants 20 \
     --json "$OUT/deadlines.json" | tee "$OUT/deadlines.txt" || echo "deadline scale FAILED"
 
 if [[ $SOAK != 0 ]]; then
     echo "== soak: $SOAK at 200 calls/s"
-    fresh_db soak
+    bench_db soak
     "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" \
         --gateway-log "$OUT/soak.gateway.log" --mode fold --agents 32 \
         --soak --rate 200 --duration "$SOAK" --soak-warmup 60s --sample-interval 10s \
