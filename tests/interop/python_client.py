@@ -3,7 +3,8 @@
 
 For each connection mode ("legacy": the initialize handshake; "auto": `server/discover`,
 falling back to initialize) it lists the tools, then runs branch_create -> branch_status ->
-branch_return -> session_end and checks the structured results; then the reasoning memory:
+branch_return -> session_end and checks the structured results (and the refusals of a second
+return and of an unknown branch); then the reasoning memory:
 memory_record (an ordinary lesson and a poisoned one), memory_search, branch_create with
 inject_memories, branch_return with extract_memory, and the refusals (the author's own feedback,
 an out-of-range limit). The SDK validates every structured result against the tool's
@@ -133,6 +134,17 @@ async def run_mode(url: str, token: str, mode: str, checks: Checks) -> None:
                 not after.is_error and adata.get("status") == "completed",
                 adata,
             )
+
+            again = await refused(
+                client, "branch_return", {"branch_id": branch_id, "message": "twice", "outcome": "success"}
+            )
+            checks.check(f"{label} returning it again is branch_not_active", "branch_not_active" in again, again)
+            unknown = await refused(
+                client,
+                "branch_return",
+                {"branch_id": "br_01a21020-3f32-70fa-a084-7e5e4482416f", "message": "nobody's", "outcome": "success"},
+            )
+            checks.check(f"{label} returning an unknown branch is branch_not_found", "branch_not_found" in unknown, unknown)
 
             ended = await client.call_tool("session_end", {"session_id": session_id})
             checks.check(f"{label} session_end is not an error", not ended.is_error, ended.content)
