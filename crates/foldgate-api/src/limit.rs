@@ -74,20 +74,22 @@ impl<F: FnMut() -> usize + Send + 'static> BackgroundTask for Cleanup<F> {
     }
 }
 
+/// The limit's layer: one limiter, whose budgets every route it wraps
+/// shares.
+pub(crate) type Limit = GovernorLayer<
+    PrincipalKey,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+    Body,
+>;
+
 /// The layer, and its cleanup (`rate_limit_cleanup`, registered on
-/// `driver`). Refusals are counted in `rejections`.
+/// `driver`). Refusals are counted in `rejections` and answered as
+/// JSON-RPC errors.
 pub(crate) fn layer(
     config: RateLimitConfig,
     driver: &mut Driver,
     rejections: Counter<u64>,
-) -> Result<
-    GovernorLayer<
-        PrincipalKey,
-        governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
-        Body,
-    >,
-    String,
-> {
+) -> Result<Limit, String> {
     let period = Duration::from_secs(1) / config.per_second;
     let governor = GovernorConfigBuilder::default()
         .period(period.max(Duration::from_nanos(1)))
@@ -106,31 +108,36 @@ pub(crate) fn layer(
             limiter.len()
         }),
     );
-    Ok(GovernorLayer::new(governor).error_handler(move |error| {
-        if matches!(error, GovernorError::TooManyRequests { .. }) {
-            rejections.add(1, &[KeyValue::new("reason", "request_rate")]);
-        }
-        too_many(error)
-    }))
+    Ok(answering(GovernorLayer::new(governor), rejections, jsonrpc_too_many))
 }
 
-fn too_many(error: GovernorError) -> Response<Body> {
-    match error {
+/// The same limiter as `layer`'s, answering its refusals with `answer`
+/// (given the seconds to wait), each counted in `rejections`.
+pub(crate) fn answering(
+    layer: Limit,
+    rejections: Counter<u64>,
+    answer: fn(u64) -> Response<Body>,
+) -> Limit {
+    layer.error_handler(move |error| match error {
         GovernorError::TooManyRequests { wait_time, .. } => {
-            let secs = wait_time.max(1);
-            let mut response = jsonrpc_error(
-                StatusCode::TOO_MANY_REQUESTS,
-                None,
-                RATE_LIMITED,
-                "too many requests",
-                Some(serde_json::json!({"code": "rate_limited", "retry_after": secs})),
-            );
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            response
+            rejections.add(1, &[KeyValue::new("reason", "request_rate")]);
+            answer(wait_time.max(1))
         }
         // Every request reaching the limiter was authenticated.
         GovernorError::UnableToExtractKey | GovernorError::Other { .. } => {
             jsonrpc_error(StatusCode::INTERNAL_SERVER_ERROR, None, -32603, "internal error", None)
         }
-    }
+    })
+}
+
+fn jsonrpc_too_many(secs: u64) -> Response<Body> {
+    let mut response = jsonrpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        None,
+        RATE_LIMITED,
+        "too many requests",
+        Some(serde_json::json!({"code": "rate_limited", "retry_after": secs})),
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
 }

@@ -106,6 +106,16 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     outage.register(driver);
     let exchange_state =
         ExchangeState { guard: guard_state, metrics: gateway.metrics.mcp.clone(), outage };
+    let limit = limit::layer(config.rate_limit, driver, gateway.metrics.rate_limited.clone())?;
+    let admin = foldgate_admin::router(
+        foldgate_admin::AdminState { service: Arc::clone(&gateway.service) },
+        gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
+        limit::answering(
+            limit.clone(),
+            gateway.metrics.rate_limited.clone(),
+            foldgate_admin::too_many_requests,
+        ),
+    );
     // Outermost first.
     let mcp_layers = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(config.max_body_bytes, guard::limit_body))
@@ -114,7 +124,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
             gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
             auth::authenticate_request,
         ))
-        .layer(limit::layer(config.rate_limit, driver, gateway.metrics.rate_limited.clone())?)
+        .layer(limit)
         .layer(middleware::from_fn_with_state(exchange_state, exchange::mcp_exchange));
 
     let metadata =
@@ -127,6 +137,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     let request_id = HeaderName::from_static("x-request-id");
     Ok(Router::new()
         .route_service("/mcp", mcp_layers.service(mcp))
+        .nest(foldgate_admin::PREFIX, admin)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/.well-known/oauth-protected-resource", metadata_route.clone())

@@ -34,7 +34,8 @@ pub use self::{
     metadata::{ProtectedResourceMetadata, resource_metadata_url},
     middleware::{
         AuthMode, AuthState, JSONRPC_FORBIDDEN, JSONRPC_UNAUTHORIZED, JSONRPC_UNAVAILABLE,
-        auth_error_response, authenticate_request, bearer_token, insufficient_scope_response,
+        auth_error_headers, auth_error_response, authenticate_request, bearer_token,
+        insufficient_scope_response,
     },
     mint::mint_hs256,
 };
@@ -52,6 +53,11 @@ pub const SCOPE_MEMORY_WRITE: &str = "memory:write";
 /// Every scope this server knows, as published in its metadata.
 pub const SCOPES_SUPPORTED: [&str; 4] =
     [SCOPE_READ, SCOPE_WRITE, SCOPE_MEMORY_READ, SCOPE_MEMORY_WRITE];
+
+/// Scope for operating the whole deployment through the admin API.
+pub const SCOPE_ADMIN: &str = "foldgate:admin";
+/// Scope for operating the token's own tenant through the admin API.
+pub const SCOPE_TENANT_ADMIN: &str = "tenant:admin";
 
 /// A verified caller, as the middleware leaves it in the request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +84,11 @@ impl Authenticated {
         );
         Self {
             principal,
-            scopes: SCOPES_SUPPORTED.iter().map(|s| (*s).to_owned()).collect(),
+            scopes: SCOPES_SUPPORTED
+                .iter()
+                .chain(&[SCOPE_ADMIN, SCOPE_TENANT_ADMIN])
+                .map(|s| (*s).to_owned())
+                .collect(),
             expires_at: None,
         }
     }

@@ -86,25 +86,33 @@ pub async fn authenticate_request(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let token = bearer_token(request.headers());
-    // Whatever the outcome, the client's credentials go no further.
-    request.headers_mut().remove(AUTHORIZATION);
-    let outcome = match (&state.mode, token) {
-        (AuthMode::None, _) => Ok(Authenticated::local()),
-        (AuthMode::Jwt(authenticator), Ok(token)) => authenticator.authenticate(&token).await,
-        (AuthMode::Jwt(_), Err(e)) => Err(e),
-    };
-    match outcome {
+    match state.authenticate(request.headers_mut()).await {
         Ok(authenticated) => {
             request.extensions_mut().insert(authenticated);
             next.run(request).await
         }
-        Err(error) => {
-            // A key-source failure was logged where it happened.
+        Err(error) => auth_error_response(&error, &state.resource_metadata_url),
+    }
+}
+
+impl AuthState {
+    /// Authenticates the bearer token in `headers` and removes it from
+    /// them, whatever the outcome: the client's credentials go no further.
+    /// A refusal is counted and logged at debug level (a key-source failure
+    /// was logged where it happened).
+    pub async fn authenticate(&self, headers: &mut HeaderMap) -> Result<Authenticated, AuthError> {
+        let token = bearer_token(headers);
+        headers.remove(AUTHORIZATION);
+        let outcome = match (&self.mode, token) {
+            (AuthMode::None, _) => Ok(Authenticated::local()),
+            (AuthMode::Jwt(authenticator), Ok(token)) => authenticator.authenticate(&token).await,
+            (AuthMode::Jwt(_), Err(e)) => Err(e),
+        };
+        if let Err(error) = &outcome {
             tracing::debug!(reason = error.kind(), "request not authenticated");
-            state.rejections.add(1, &[KeyValue::new("reason", error.kind())]);
-            auth_error_response(&error, &state.resource_metadata_url)
+            self.rejections.add(1, &[KeyValue::new("reason", error.kind())]);
         }
+        outcome
     }
 }
 
@@ -138,23 +146,31 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<String, AuthError> {
 /// challenge pointing at the metadata (plus `error="invalid_token"` when a
 /// token was sent), or 503 with `Retry-After` when the keys are unavailable.
 pub fn auth_error_response(error: &AuthError, resource_metadata_url: &str) -> Response {
-    let reason = error.reason();
+    let code = if error.is_unavailable() { JSONRPC_UNAVAILABLE } else { JSONRPC_UNAUTHORIZED };
+    let mut response = jsonrpc_error(error.status(), code, &error.reason());
+    response.headers_mut().extend(auth_error_headers(error, resource_metadata_url));
+    response
+}
+
+/// The headers of the answer to a failed authentication, whatever its body:
+/// `Retry-After` when the keys are unavailable (503), else the 401's
+/// `WWW-Authenticate` challenge.
+pub fn auth_error_headers(error: &AuthError, resource_metadata_url: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
     if let AuthError::Unavailable { retry_after, .. } = error {
-        let mut response = jsonrpc_error(error.status(), JSONRPC_UNAVAILABLE, &reason);
         let seconds = (retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1);
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
-        return response;
+        headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+        return headers;
     }
     let mut challenge = format!("Bearer resource_metadata=\"{}\"", quotable(resource_metadata_url));
     if !error.is_missing_token() {
         challenge.push_str(&format!(
             ", error=\"invalid_token\", error_description=\"{}\"",
-            quotable(&reason)
+            quotable(&error.reason())
         ));
     }
-    let mut response = jsonrpc_error(StatusCode::UNAUTHORIZED, JSONRPC_UNAUTHORIZED, &reason);
-    insert_challenge(&mut response, &challenge);
-    response
+    insert_challenge(&mut headers, &challenge);
+    headers
 }
 
 /// The answer to a valid token that lacks the scope a call needs: 403 with
@@ -168,7 +184,7 @@ pub fn insufficient_scope_response(required_scope: &str, resource_metadata_url: 
     );
     let message = format!("this call needs the `{required_scope}` scope");
     let mut response = jsonrpc_error(StatusCode::FORBIDDEN, JSONRPC_FORBIDDEN, &message);
-    insert_challenge(&mut response, &challenge);
+    insert_challenge(response.headers_mut(), &challenge);
     response
 }
 
@@ -181,11 +197,11 @@ fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn insert_challenge(response: &mut Response, challenge: &str) {
+fn insert_challenge(headers: &mut HeaderMap, challenge: &str) {
     // `quotable` leaves only visible ASCII and spaces, which always form a
     // valid header value.
     if let Ok(value) = HeaderValue::from_str(challenge) {
-        response.headers_mut().insert(WWW_AUTHENTICATE, value);
+        headers.insert(WWW_AUTHENTICATE, value);
     }
 }
 

@@ -90,6 +90,8 @@ pub enum EndReason {
     ParentReturning,
     /// The session ended, explicitly or for being idle.
     SessionEnded,
+    /// An operator ended it through the admin API.
+    EndedByOperator,
 }
 
 impl EndReason {
@@ -100,6 +102,7 @@ impl EndReason {
             Self::BudgetExhausted => "budget_exhausted",
             Self::ParentReturning => "parent_returning",
             Self::SessionEnded => "session_ended",
+            Self::EndedByOperator => "ended_by_operator",
         }
     }
 
@@ -107,9 +110,10 @@ impl EndReason {
     pub const fn status(self) -> BranchStatus {
         match self {
             Self::DeadlineExceeded | Self::BudgetExhausted => BranchStatus::Timeout,
-            Self::ReportedFailure | Self::ParentReturning | Self::SessionEnded => {
-                BranchStatus::Failed
-            }
+            Self::ReportedFailure
+            | Self::ParentReturning
+            | Self::SessionEnded
+            | Self::EndedByOperator => BranchStatus::Failed,
         }
     }
 }
@@ -130,6 +134,7 @@ impl FromStr for EndReason {
             "budget_exhausted" => Self::BudgetExhausted,
             "parent_returning" => Self::ParentReturning,
             "session_ended" => Self::SessionEnded,
+            "ended_by_operator" => Self::EndedByOperator,
             other => return Err(format!("unknown end reason {other:?}")),
         })
     }
@@ -247,6 +252,7 @@ mod tests {
             EndReason::BudgetExhausted,
             EndReason::ParentReturning,
             EndReason::SessionEnded,
+            EndReason::EndedByOperator,
         ] {
             assert_eq!(r.as_str().parse::<EndReason>().unwrap(), r);
             assert!(r.status().is_terminal());
@@ -260,6 +266,7 @@ mod tests {
         assert_eq!(EndReason::BudgetExhausted.status(), BranchStatus::Timeout);
         assert_eq!(EndReason::ParentReturning.status(), BranchStatus::Failed);
         assert_eq!(EndReason::SessionEnded.status(), BranchStatus::Failed);
+        assert_eq!(EndReason::EndedByOperator.status(), BranchStatus::Failed);
         assert_eq!(
             Outcome::Failure.end(),
             (BranchStatus::Failed, Some(EndReason::ReportedFailure))

@@ -11,14 +11,14 @@ use foldgate_domain::{
 #[cfg(doc)]
 use crate::ACTIVITY_RESOLUTION;
 use crate::{
-    BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished, IdleSession,
-    MemoryStore, MemoryVectors, ModelBill, NewBranch, NewStep, OutsideUsage, Run, RunEnd, RunStep,
-    StepWritten, StoreError, TreeEnd,
+    AdminStore, BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished,
+    IdleSession, MemoryStore, MemoryVectors, ModelBill, NewBranch, NewStep, OutsideUsage, Run,
+    RunEnd, RunStep, StepWritten, StoreError, TreeEnd,
 };
 
 /// The folding store. See the crate documentation for its guarantees.
 #[async_trait]
-pub trait Store: MemoryStore + MemoryVectors + Send + Sync + Debug {
+pub trait Store: MemoryStore + MemoryVectors + AdminStore + Send + Sync + Debug {
     /// Creates a branch: resolves its parent, checks ownership, depth, the
     /// limits and the parent's pool, lends the budget and inserts the branch
     /// as `active`, all in one transaction. Opens (or reopens) the session.

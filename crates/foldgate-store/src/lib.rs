@@ -12,6 +12,7 @@
 //! still being `active`: when a return, a deadline and a budget exhaustion
 //! race, exactly one of them changes the row.
 
+mod admin;
 mod api;
 mod calls;
 mod connect;
@@ -34,6 +35,10 @@ mod store;
 mod ts;
 mod tx;
 
+pub use admin::{
+    AdminStore, AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, TenantOverview,
+    TreeBranch,
+};
 pub use api::{PoolUsage, Store};
 pub use calls::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use connect::{

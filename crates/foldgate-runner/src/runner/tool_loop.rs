@@ -312,6 +312,7 @@ impl Runner {
             (None, Some(EndReason::ReportedFailure)) => "because it was cancelled",
             (None, Some(EndReason::SessionEnded)) => "because its session ended",
             (None, Some(EndReason::ParentReturning)) => "because its parent returned",
+            (None, Some(EndReason::EndedByOperator)) => "by an operator",
             (None, None) => "when its branch ended",
         });
         let message = match self.scrub(&text, why) {

@@ -1,0 +1,125 @@
+//! The admin API, under `/admin/v1` on the MCP listener: what platform
+//! teams need to run foldgate for many agent teams without editing files
+//! or rolling pods.
+//!
+//! - `GET /tenants`: tenants with their open sessions, active branches and
+//!   tokens today;
+//! - `GET /tenants/{tenant}/sessions` and `…/sessions/{session_id}`: a
+//!   tenant's sessions, and a session with its branch tree;
+//! - `POST /tenants/{tenant}/branches/{branch_id}/end` and
+//!   `…/sessions/{session_id}/end`: end a runaway branch or a session;
+//! - `GET /audit`: every change made through this API, who made it, when;
+//! - `GET /openapi.json`: the OpenAPI document, generated from the types
+//!   in [`views`] and the handlers in [`routes`].
+//!
+//! Tokens are the same as `/mcp`'s ([`access::authenticate`]); the scope
+//! `foldgate:admin` reaches every tenant, `tenant:admin` only the token's
+//! own ([`access::Operator`]). Changes are written to the audit log before
+//! they are made.
+
+use std::{convert::Infallible, sync::Arc};
+
+use axum::{
+    Json, Router,
+    extract::Request,
+    middleware,
+    response::IntoResponse,
+    routing::{Route, get, post},
+};
+use foldgate_auth::AuthState;
+use foldgate_engine::FoldingService;
+use tower::{Layer, Service};
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+
+pub mod access;
+pub mod error;
+pub mod routes;
+pub mod views;
+
+pub use error::{AdminError, too_many_requests};
+
+/// Where the admin API is mounted.
+pub const PREFIX: &str = "/admin/v1";
+
+/// What the handlers need.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    pub service: Arc<FoldingService>,
+}
+
+/// The admin API's OpenAPI document.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "foldgate admin API",
+        description = "Tenants, sessions and branch trees, operator ends and the audit log. \
+            Bearer JWTs with the `foldgate:admin` (whole deployment) or `tenant:admin` (own \
+            tenant) scope.",
+    ),
+    servers((url = "/admin/v1")),
+    paths(
+        routes::tenants,
+        routes::sessions,
+        routes::session,
+        routes::end_branch,
+        routes::end_session,
+        routes::audit_log,
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "tenants", description = "Tenants at a glance"),
+        (name = "sessions", description = "Sessions and their branch trees"),
+        (name = "branches", description = "Ending a branch"),
+        (name = "audit", description = "Changes made through this API"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// Declares the bearer scheme the document's `security` names.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build(),
+            ),
+        );
+    }
+}
+
+/// The admin API's routes, relative to [`PREFIX`]. Every route but the
+/// OpenAPI document is authenticated with `auth`; `limit` wraps them after
+/// authentication (the per-principal request limit).
+pub fn router<S, L>(state: AdminState, auth: AuthState, limit: L) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    L: Layer<Route> + Clone + Send + Sync + 'static,
+    L::Service: Service<Request> + Clone + Send + Sync + 'static,
+    <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+    <L::Service as Service<Request>>::Error: Into<Infallible> + 'static,
+    <L::Service as Service<Request>>::Future: Send + 'static,
+{
+    let document = ApiDoc::openapi();
+    let api = Router::new()
+        .route("/tenants", get(routes::tenants))
+        .route("/tenants/{tenant}/sessions", get(routes::sessions))
+        .route("/tenants/{tenant}/sessions/{session_id}", get(routes::session))
+        .route("/tenants/{tenant}/sessions/{session_id}/end", post(routes::end_session))
+        .route("/tenants/{tenant}/branches/{branch_id}/end", post(routes::end_branch))
+        .route("/audit", get(routes::audit_log))
+        .with_state(state)
+        // Outermost last: authenticate, then limit.
+        .layer(limit)
+        .layer(middleware::from_fn_with_state(auth, access::authenticate));
+    Router::new()
+        .route("/openapi.json", get(move || async move { Json(document.clone()) }))
+        .merge(api)
+        .fallback(|| async { AdminError::NotFound("route") })
+}

@@ -1,0 +1,156 @@
+//! The admin reads and the audit log, on each backend: tenants at a glance
+//! with their tokens since an instant, a tenant's sessions page by page, a
+//! session's tree with each branch's calls, and audit entries newest first.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use foldgate_domain::{
+    BranchId, BranchKind, BudgetPolicy, BudgetRequest, Limits, Principal, ReturnTier, SessionId,
+    Subject, TenantId,
+};
+use foldgate_store::{
+    AuditEntry, AuditPage, CallOutcome, CallRecord, CreateRules, NewBranch, ParentChoice,
+    SessionPage, Store,
+};
+use foldgate_testkit::{Backend, TestDb, on_both_backends};
+use serde_json::json;
+use uuid::Uuid;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000).unwrap()
+}
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    t0() + chrono::Duration::seconds(seconds)
+}
+
+/// Creates a branch of 2,000 tokens in `session` of `tenant` at
+/// `at(seconds)`, under the session's active branch.
+async fn branch(store: &dyn Store, tenant: &str, session: &str, seconds: i64) -> BranchId {
+    let policy = BudgetPolicy::default();
+    let new = NewBranch {
+        id: BranchId::generate(),
+        session_id: SessionId::parse(session).unwrap(),
+        owner: Subject::parse("alice").unwrap(),
+        parent: ParentChoice::Active,
+        description: format!("{session} at {seconds}"),
+        prompt: "p".into(),
+        budget: BudgetRequest::parse(Some(2_000), &policy).unwrap(),
+        prompt_tokens: 0,
+        lessons_tokens: 0,
+        created_at: at(seconds),
+        deadline_at: at(seconds) + chrono::Duration::hours(1),
+        rules: CreateRules { budget: policy, max_depth: 4, limits: Limits::default() },
+        kind: BranchKind::Agent,
+        return_tier: ReturnTier::default(),
+        run: None,
+    };
+    store.create_branch(&TenantId::parse(tenant).unwrap(), new).await.unwrap().unwrap().id
+}
+
+async fn call(store: &dyn Store, tenant: &str, id: BranchId, tokens: (u64, u64), seconds: i64) {
+    let call = CallRecord {
+        upstream: "files".into(),
+        tool: "read".into(),
+        tokens_in: tokens.0,
+        tokens_out: tokens.1,
+        duration: Duration::from_millis(2),
+        outcome: CallOutcome::Ok,
+        at: at(seconds),
+    };
+    store.meter_call(&TenantId::parse(tenant).unwrap(), id, &call).await.unwrap().unwrap();
+}
+
+async fn admin_reads_see_one_tenant_at_a_time(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.connect().await;
+    let acme = TenantId::parse("acme").unwrap();
+    let root = branch(&*store, "acme", "s1", 0).await;
+    let child = branch(&*store, "acme", "s1", 1).await;
+    let s2 = branch(&*store, "acme", "s2", 2).await;
+    branch(&*store, "acme", "s3", 3).await;
+    let other = branch(&*store, "globex", "g1", 4).await;
+    call(&*store, "acme", child, (10, 20), 5).await;
+    call(&*store, "acme", s2, (100, 200), 100).await;
+    call(&*store, "globex", other, (1, 1), 100).await;
+
+    // Tokens since an instant count the calls made from then on.
+    let tenants = store.tenants(None, at(50)).await.unwrap();
+    let seen: Vec<_> = tenants
+        .iter()
+        .map(|t| (t.tenant.as_str(), t.open_sessions, t.active_branches, t.tokens_since))
+        .collect();
+    assert_eq!(seen, [("acme", 3, 4, 300), ("globex", 1, 1, 2)]);
+    let early = store.tenants(Some(&acme), at(0)).await.unwrap();
+    assert_eq!(early.len(), 1, "only the tenant asked for");
+    assert_eq!(early[0].tokens_since, 330);
+
+    // Newest first, two at a time, each page after the last one's cursor.
+    let first = SessionPage { open_only: true, limit: 2, after: None };
+    let page = store.sessions(&acme, &first).await.unwrap();
+    let ids: Vec<_> = page.iter().map(|l| l.session.id.as_str().to_owned()).collect();
+    assert_eq!(ids, ["s3", "s2"]);
+    let last = &page[1].session;
+    let second = SessionPage { after: Some((last.created_at, last.id.clone())), ..first };
+    let page = store.sessions(&acme, &second).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].session.id.as_str(), "s1");
+    assert_eq!((page[0].branches, page[0].active_branches), (2, 2));
+
+    let s1 = SessionId::parse("s1").unwrap();
+    let (session, tree) = store.session_tree(&acme, &s1).await.unwrap().expect("found");
+    assert_eq!(session.id, s1);
+    let rows: Vec<_> = tree.iter().map(|t| (t.branch.id, t.branch.parent, t.calls)).collect();
+    assert_eq!(rows, [(root, None, 0), (child, Some(root), 1)]);
+    assert_eq!(tree[1].call_tokens, 30, "tokens charged");
+    assert!(tree.iter().all(|t| t.model.is_none()), "agent-run branches have no model bill");
+
+    let globex = TenantId::parse("globex").unwrap();
+    assert!(store.session_tree(&globex, &s1).await.unwrap().is_none(), "another tenant's");
+    assert!(
+        store.sessions(&globex, &first).await.unwrap().iter().all(|l| l.session.tenant == globex)
+    );
+    store.close().await;
+    db.cleanup().await;
+}
+
+async fn the_audit_log_reads_newest_first(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.connect().await;
+    let actor = Principal::new(TenantId::parse("ops").unwrap(), Subject::parse("root").unwrap());
+    let mut written = Vec::new();
+    for (i, tenant) in ["acme", "globex", "acme"].into_iter().enumerate() {
+        let entry = AuditEntry {
+            id: Uuid::now_v7(),
+            at: at(i64::try_from(i).unwrap()),
+            actor: actor.clone(),
+            tenant: Some(TenantId::parse(tenant).unwrap()),
+            action: "branch.end".into(),
+            target: format!("target {i}"),
+            detail: json!({"n": i}),
+        };
+        store.record_audit(&entry).await.unwrap();
+        written.push(entry);
+    }
+    let all = store.audit(&AuditPage { tenant: None, limit: 10, before: None }).await.unwrap();
+    let newest_first: Vec<_> = written.iter().rev().cloned().collect();
+    assert_eq!(all, newest_first, "read back as written, newest first");
+
+    let acme = Some(TenantId::parse("acme").unwrap());
+    let page = AuditPage { tenant: acme, limit: 1, before: None };
+    let first = store.audit(&page).await.unwrap();
+    assert_eq!(first, [written[2].clone()]);
+    let next = AuditPage { before: Some(first[0].id), ..page };
+    assert_eq!(store.audit(&next).await.unwrap(), [written[0].clone()]);
+    let after_last = AuditPage { before: Some(written[0].id), ..next };
+    assert!(store.audit(&after_last).await.unwrap().is_empty());
+    store.close().await;
+    db.cleanup().await;
+}
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    admin_reads_see_one_tenant_at_a_time,
+    the_audit_log_reads_newest_first
+);
