@@ -3,6 +3,7 @@
 //! upstream and model servers on loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
+mod admin;
 mod check_config;
 mod lifecycle;
 mod mcp;

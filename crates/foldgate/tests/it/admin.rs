@@ -1,0 +1,238 @@
+//! The admin API over HTTP, on each backend: who sees what (a tenant admin
+//! finds no other tenant), each endpoint, bad input, operator ends as the
+//! agent then sees them, and an audit row for every change.
+
+use foldgate_testkit::{
+    Backend,
+    gateway::{Era, TestGateway, call, client, ok, refusal},
+    on_both_backends,
+};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// An admin API client with one token.
+struct Admin {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Admin {
+    fn new(gw: &TestGateway, token: Option<String>) -> Self {
+        Self { http: reqwest::Client::new(), base: format!("{}/admin/v1", gw.base), token }
+    }
+
+    async fn send(&self, method: Method, path: &str) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.send(Method::GET, path).await
+    }
+
+    async fn post(&self, path: &str) -> (StatusCode, Value) {
+        self.send(Method::POST, path).await
+    }
+
+    /// A successful GET's body.
+    async fn read(&self, path: &str) -> Value {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
+        body
+    }
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {body}"))
+}
+
+async fn admins_reach_their_tenants_and_no_other(backend: Backend) {
+    let gw = TestGateway::start(backend).await;
+    let acme_agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
+    let globex_agent = client(&gw.url, &gw.write_token("globex", "gina"), Era::Discover).await;
+    let create = json!({"session_id": "s1", "description": "look into it"});
+    let root = ok(&call(&acme_agent, "branch_create", create.clone()).await);
+    let child = ok(&call(&acme_agent, "branch_create", create).await);
+    let theirs = ok(&call(
+        &globex_agent,
+        "branch_create",
+        json!({"session_id": "g1", "description": "theirs"}),
+    )
+    .await);
+    let (root_id, child_id) =
+        (root["branch_id"].as_str().unwrap(), child["branch_id"].as_str().unwrap());
+    let their_id = theirs["branch_id"].as_str().unwrap();
+
+    let deployment = Admin::new(&gw, Some(gw.token("ops", "root", &["foldgate:admin"])));
+    let acme = Admin::new(&gw, Some(gw.token("acme", "lead", &["tenant:admin"])));
+
+    // Who may call at all.
+    let (status, body) = Admin::new(&gw, None).get("/tenants").await;
+    assert_eq!((status, error_code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    let agent_token = Admin::new(&gw, Some(gw.write_token("acme", "alice")));
+    let (status, body) = agent_token.get("/tenants").await;
+    assert_eq!((status, error_code(&body)), (StatusCode::FORBIDDEN, "forbidden"), "no admin scope");
+
+    // Tenants at a glance: all of them, or one's own.
+    let tenants = deployment.read("/tenants").await;
+    let seen: Vec<_> = tenants["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tenant"].as_str().unwrap(),
+                t["open_sessions"].as_u64(),
+                t["active_branches"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("acme", Some(1), Some(2)), ("globex", Some(1), Some(1))]);
+    let own = acme.read("/tenants").await;
+    assert_eq!(own["tenants"].as_array().unwrap().len(), 1);
+    assert_eq!(own["tenants"][0]["tenant"], "acme");
+
+    // Another tenant's resources are not found, exactly as missing ones.
+    for path in
+        ["/tenants/globex/sessions", "/tenants/globex/sessions/g1", "/tenants/nobody/sessions"]
+    {
+        let (status, body) = acme.get(path).await;
+        assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"), "{path}");
+    }
+    let (status, _) = acme.post(&format!("/tenants/globex/branches/{their_id}/end")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "ending another tenant's branch");
+    let (status, _) = acme.get("/tenants/acme/sessions/g1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's session under one's own");
+
+    // Sessions, and a session's tree.
+    let sessions = acme.read("/tenants/acme/sessions").await;
+    assert_eq!(sessions["sessions"][0]["session_id"], "s1");
+    assert_eq!(sessions["sessions"][0]["owner"], "alice");
+    assert_eq!(sessions["sessions"][0]["active_branches"], 2);
+    let tree = acme.read("/tenants/acme/sessions/s1").await;
+    assert_eq!(tree["status"], "open");
+    assert_eq!(tree["branches"].as_array().unwrap().len(), 1, "one depth-1 branch");
+    assert_eq!(tree["branches"][0]["branch_id"], root_id);
+    assert_eq!(tree["branches"][0]["children"][0]["branch_id"], child_id);
+    assert_eq!(tree["branches"][0]["children"][0]["depth"], 2);
+    assert_eq!(tree["branches"][0]["status"], "active");
+    let budget = &tree["branches"][0]["budget"];
+    assert_eq!(
+        budget["reserved"], tree["branches"][0]["children"][0]["budget"]["total"],
+        "lent to the child"
+    );
+
+    // Bad input is a 400 that says what is wrong.
+    for path in [
+        "/tenants/acme/sessions?limit=0",
+        "/tenants/acme/sessions?limit=lots",
+        "/tenants/acme/sessions?status=sleeping",
+        "/tenants/acme/sessions?after=yesterday",
+        "/tenants/acme/sessions?colour=blue",
+        "/audit?before=not-a-uuid",
+    ] {
+        let (status, body) = acme.get(path).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{path}"
+        );
+    }
+    let (status, body) = acme.post("/tenants/acme/branches/not-a-branch/end").await;
+    assert_eq!((status, error_code(&body)), (StatusCode::BAD_REQUEST, "invalid_request"));
+    let (status, body) = acme.get("/no/such/route").await;
+    assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+
+    // Ending the root ends its child first; the agent finds both ended.
+    let (status, ended) = acme.post(&format!("/tenants/acme/branches/{root_id}/end")).await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    assert_eq!(ended["branch"]["status"], "failed");
+    assert_eq!(ended["branch"]["reason"], "ended_by_operator");
+    let tree = acme.read("/tenants/acme/sessions/s1").await;
+    assert_eq!(tree["branches"][0]["children"][0]["reason"], "parent_returning");
+    let returned =
+        call(&acme_agent, "branch_return", json!({"branch_id": root_id, "message": "done"})).await;
+    assert_eq!(refusal(&returned).0, "branch_not_active");
+    let (status, body) = acme.post(&format!("/tenants/acme/branches/{root_id}/end")).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "branch_not_active"));
+
+    // Ending a session ends its active branches.
+    ok(&call(&acme_agent, "branch_create", json!({"session_id": "s1", "description": "again"}))
+        .await);
+    let (status, ended) = deployment.post("/tenants/acme/sessions/s1/end").await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    assert_eq!(
+        (ended["branches_ended"].as_u64(), ended["session_ended"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let (status, body) = deployment.post("/tenants/acme/sessions/s1/end").await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "session_not_open"));
+    let open = acme.read("/tenants/acme/sessions").await;
+    assert!(open["sessions"].as_array().unwrap().is_empty(), "no open session left");
+    let all = acme.read("/tenants/acme/sessions?status=all").await;
+    assert_eq!(all["sessions"][0]["status"], "ended");
+
+    // Every change, who made it, newest first; a tenant admin reads its own.
+    let audit = deployment.read("/audit").await;
+    let rows: Vec<_> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["actor"]["subject"].as_str().unwrap(),
+                e["tenant"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [("session.end", "root", "acme"), ("branch.end", "lead", "acme")]);
+    assert_eq!(audit["entries"][1]["target"], root_id);
+    assert_eq!(acme.read("/audit").await["entries"].as_array().unwrap().len(), 2);
+    let globex = Admin::new(&gw, Some(gw.token("globex", "lead", &["tenant:admin"])));
+    assert!(globex.read("/audit").await["entries"].as_array().unwrap().is_empty());
+    let (status, _) = globex.get("/audit?tenant=acme").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let paged = deployment.read("/audit?limit=1").await;
+    let next = paged["next"].as_str().expect("a next page");
+    let second = deployment.read(&format!("/audit?limit=1&before={next}")).await;
+    assert_eq!(second["entries"][0]["action"], "branch.end");
+
+    acme_agent.cancel().await.unwrap();
+    globex_agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
+async fn the_openapi_document_describes_every_route(backend: Backend) {
+    let gw = TestGateway::start(backend).await;
+    let doc = Admin::new(&gw, None).read("/openapi.json").await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths: Vec<&str> = doc["paths"].as_object().unwrap().keys().map(String::as_str).collect();
+    for path in [
+        "/tenants",
+        "/tenants/{tenant}/sessions",
+        "/tenants/{tenant}/sessions/{session_id}",
+        "/tenants/{tenant}/sessions/{session_id}/end",
+        "/tenants/{tenant}/branches/{branch_id}/end",
+        "/audit",
+    ] {
+        assert!(paths.contains(&path), "{path} missing from {paths:?}");
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert!(schemas["BranchNode"]["properties"]["children"].is_object());
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    gw.stop().await;
+}
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    admins_reach_their_tenants_and_no_other,
+    the_openapi_document_describes_every_route
+);
