@@ -59,6 +59,17 @@ pub const SCOPE_ADMIN: &str = "foldgate:admin";
 /// Scope for operating the token's own tenant through the admin API.
 pub const SCOPE_TENANT_ADMIN: &str = "tenant:admin";
 
+/// Every scope, the admin API's too: what the zero-configuration
+/// development token and `--auth none` grant.
+pub const EVERY_SCOPE: [&str; 6] = [
+    SCOPE_READ,
+    SCOPE_WRITE,
+    SCOPE_MEMORY_READ,
+    SCOPE_MEMORY_WRITE,
+    SCOPE_ADMIN,
+    SCOPE_TENANT_ADMIN,
+];
+
 /// A verified caller, as the middleware leaves it in the request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated {
@@ -84,11 +95,7 @@ impl Authenticated {
         );
         Self {
             principal,
-            scopes: SCOPES_SUPPORTED
-                .iter()
-                .chain(&[SCOPE_ADMIN, SCOPE_TENANT_ADMIN])
-                .map(|s| (*s).to_owned())
-                .collect(),
+            scopes: EVERY_SCOPE.iter().map(|s| (*s).to_owned()).collect(),
             expires_at: None,
         }
     }

@@ -150,7 +150,7 @@ pub async fn start(
                     &Secret::new(secret.clone()),
                     &TenantId::parse("dev")?,
                     &Subject::parse("developer")?,
-                    auth::SCOPES_SUPPORTED,
+                    auth::EVERY_SCOPE,
                     DEV_TOKEN_TTL,
                     config.auth.issuer.as_deref(),
                     Some(config.auth.audience.as_deref().unwrap_or(&mcp_url)),
