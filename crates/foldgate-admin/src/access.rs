@@ -30,7 +30,7 @@ pub async fn authenticate(
         }
         Err(error) => {
             let headers = auth_error_headers(&error, auth.resource_metadata_url());
-            AdminError::Unauthenticated { error, headers }.into_response()
+            AdminError::Unauthenticated(Box::new((error, headers))).into_response()
         }
     }
 }

@@ -15,8 +15,9 @@ use utoipa::ToSchema;
 /// Why an admin request was refused or failed.
 #[derive(Debug)]
 pub enum AdminError {
-    /// No valid token (401), or the token keys are unavailable (503).
-    Unauthenticated { error: AuthError, headers: HeaderMap },
+    /// No valid token (401), or the token keys are unavailable (503), with
+    /// the headers of the answer (boxed: errors are rare, results common).
+    Unauthenticated(Box<(AuthError, HeaderMap)>),
     /// A valid token without an admin scope.
     Forbidden,
     /// A path or query value that does not parse, with what is wrong.
@@ -50,7 +51,8 @@ pub struct ErrorDetail {
 impl AdminError {
     fn parts(&self) -> (StatusCode, &str, String) {
         match self {
-            Self::Unauthenticated { error, .. } => {
+            Self::Unauthenticated(refusal) => {
+                let error = &refusal.0;
                 let code = if error.is_unavailable() { "unavailable" } else { "unauthorized" };
                 (error.status(), code, error.reason())
             }
@@ -85,7 +87,7 @@ impl IntoResponse for AdminError {
         let body = ErrorBody { error: ErrorDetail { code: code.to_owned(), message } };
         let mut response = (status, Json(body)).into_response();
         match self {
-            Self::Unauthenticated { headers, .. } => response.headers_mut().extend(headers),
+            Self::Unauthenticated(refusal) => response.headers_mut().extend(refusal.1),
             Self::Unavailable => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
