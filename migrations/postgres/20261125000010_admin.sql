@@ -34,3 +34,36 @@ CREATE TABLE audit_log (
 
 CREATE INDEX audit_log_by_time ON audit_log (at);
 CREATE INDEX audit_log_by_tenant ON audit_log (tenant_id, at);
+
+-- Each tenant's overrides of the deployment's folding settings (limits,
+-- budgets, allowed models and upstreams, token quotas), as a JSON object
+-- whose fields are those of the admin API's `PUT …/limits`; absent fields
+-- keep the deployment's setting. Every replica reads the table every few
+-- seconds, so a change applies everywhere without a restart.
+CREATE TABLE tenant_settings (
+    tenant_id         TEXT        PRIMARY KEY,
+    settings          TEXT        NOT NULL,
+    updated_at        TIMESTAMPTZ NOT NULL,
+    updated_by_tenant TEXT        NOT NULL,
+    updated_by_sub    TEXT        NOT NULL
+);
+
+-- What each tenant used, per UTC day (`YYYY-MM-DD`), kept apart from the
+-- detail (branches, call traces, run steps) so that it outlives their
+-- retention. Each replica adds what it counted every second or so, so a
+-- crash loses at most that much. `kind`: `branch_call` and `outside_call`
+-- (upstream calls inside and outside branches, by upstream: calls, tokens of
+-- the arguments in, of the results out), `model` (model calls of gateway-run
+-- branches, by model: calls, input and output tokens billed), `return`
+-- (depth-1 branches that returned, `name` empty: how many, the tokens they
+-- spent in, the tokens of their findings out).
+CREATE TABLE usage_daily (
+    tenant_id  TEXT   NOT NULL,
+    day        TEXT   NOT NULL,
+    kind       TEXT   NOT NULL CHECK (kind IN ('branch_call', 'outside_call', 'model', 'return')),
+    name       TEXT   NOT NULL,
+    calls      BIGINT NOT NULL CHECK (calls >= 0),
+    tokens_in  BIGINT NOT NULL CHECK (tokens_in >= 0),
+    tokens_out BIGINT NOT NULL CHECK (tokens_out >= 0),
+    PRIMARY KEY (tenant_id, day, kind, name)
+);

@@ -82,6 +82,25 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_by_time ON audit_log (at);
 CREATE INDEX audit_log_by_tenant ON audit_log (tenant_id, at);
 
+CREATE TABLE tenant_settings (
+    tenant_id         TEXT PRIMARY KEY,
+    settings          TEXT NOT NULL,
+    updated_at        TEXT NOT NULL,
+    updated_by_tenant TEXT NOT NULL,
+    updated_by_sub    TEXT NOT NULL
+);
+
+CREATE TABLE usage_daily (
+    tenant_id  TEXT    NOT NULL,
+    day        TEXT    NOT NULL,
+    kind       TEXT    NOT NULL CHECK (kind IN ('branch_call', 'outside_call', 'model', 'return')),
+    name       TEXT    NOT NULL,
+    calls      INTEGER NOT NULL CHECK (calls >= 0),
+    tokens_in  INTEGER NOT NULL CHECK (tokens_in >= 0),
+    tokens_out INTEGER NOT NULL CHECK (tokens_out >= 0),
+    PRIMARY KEY (tenant_id, day, kind, name)
+);
+
 COMMIT;
 
 PRAGMA foreign_key_check;

@@ -8,6 +8,10 @@
 //!   tenant's sessions, and a session with its branch tree;
 //! - `POST /tenants/{tenant}/branches/{branch_id}/end` and
 //!   `…/sessions/{session_id}/end`: end a runaway branch or a session;
+//! - `GET`/`PUT /tenants/{tenant}/limits`: a tenant's limits, budgets,
+//!   allowed models and upstreams and token quotas, over the deployment's;
+//! - `GET /tenants/{tenant}/usage`: what it used, per day, upstream or
+//!   model;
 //! - `GET /audit`: every change made through this API, who made it, when;
 //! - `GET /openapi.json`: the OpenAPI document, generated from the types
 //!   in [`views`] and the handlers in [`routes`].
@@ -36,7 +40,9 @@ use utoipa::{
 
 pub mod access;
 pub mod error;
+pub mod extract;
 pub mod routes;
+pub mod tenancy;
 pub mod views;
 
 pub use error::{AdminError, too_many_requests};
@@ -67,6 +73,9 @@ pub struct AdminState {
         routes::end_branch,
         routes::end_session,
         routes::audit_log,
+        tenancy::limits,
+        tenancy::put_limits,
+        tenancy::usage,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -74,6 +83,7 @@ pub struct AdminState {
         (name = "tenants", description = "Tenants at a glance"),
         (name = "sessions", description = "Sessions and their branch trees"),
         (name = "branches", description = "Ending a branch"),
+        (name = "limits", description = "A tenant's limits, quotas and usage"),
         (name = "audit", description = "Changes made through this API"),
     ),
 )]
@@ -113,6 +123,8 @@ where
         .route("/tenants/{tenant}/sessions/{session_id}", get(routes::session))
         .route("/tenants/{tenant}/sessions/{session_id}/end", post(routes::end_session))
         .route("/tenants/{tenant}/branches/{branch_id}/end", post(routes::end_branch))
+        .route("/tenants/{tenant}/limits", get(tenancy::limits).put(tenancy::put_limits))
+        .route("/tenants/{tenant}/usage", get(tenancy::usage))
         .route("/audit", get(routes::audit_log))
         .with_state(state)
         // Outermost last: authenticate, then limit.

@@ -6,15 +6,11 @@
     reason = "utoipa's path macro spells out the query types it is given in full"
 )]
 
-use axum::{
-    Json,
-    extract::{FromRequestParts, Path, Query, State},
-};
+use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
 use foldgate_domain::{BranchId, BranchStatus, EndReason, SessionId, SessionStatus, TenantId};
 use foldgate_store::{AuditEntry, AuditPage, MAX_PAGE, SessionPage};
-use http::request::Parts;
-use serde::{Deserialize, de::DeserializeOwned};
+use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
 
@@ -22,6 +18,7 @@ use crate::{
     AdminState,
     access::Operator,
     error::{AdminError, ErrorBody},
+    extract::{Params, QueryOf},
     views::{
         AuditList, AuditView, BranchEnded, BranchNode, SessionDetail, SessionEndedView,
         SessionList, SessionSummary, TenantList, TenantView,
@@ -31,36 +28,6 @@ use crate::{
 /// How many rows a page has when the request does not say.
 const DEFAULT_PAGE: u32 = 50;
 
-/// A path's values, or a 400 that says which is wrong.
-#[derive(Debug)]
-pub struct Params<T>(T);
-
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<T> {
-    type Rejection = AdminError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
-        Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Path(value)| Self(value))
-            .map_err(|e| AdminError::BadRequest(e.body_text()))
-    }
-}
-
-/// A query string's values, or a 400 that says which is wrong.
-#[derive(Debug)]
-pub struct QueryOf<T>(T);
-
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryOf<T> {
-    type Rejection = AdminError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(value)| Self(value))
-            .map_err(|e| AdminError::BadRequest(e.body_text()))
-    }
-}
-
 fn page_size(limit: Option<u32>) -> Result<u32, AdminError> {
     match limit.unwrap_or(DEFAULT_PAGE) {
         n @ 1..=MAX_PAGE => Ok(n),
@@ -68,7 +35,7 @@ fn page_size(limit: Option<u32>) -> Result<u32, AdminError> {
     }
 }
 
-fn midnight(now: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn midnight(now: DateTime<Utc>) -> DateTime<Utc> {
     now.date_naive().and_hms_opt(0, 0, 0).map_or(now, |t| t.and_utc())
 }
 
@@ -92,7 +59,7 @@ pub async fn tenants(
 
 #[derive(Debug, Deserialize)]
 pub struct TenantPath {
-    tenant: String,
+    pub(crate) tenant: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,7 +164,7 @@ pub async fn session(
 }
 
 /// Writes what an operator is about to change to the audit log.
-async fn audit(
+pub(crate) async fn audit(
     state: &AdminState,
     operator: &Operator,
     tenant: Option<&TenantId>,

@@ -109,6 +109,16 @@ pub(crate) fn tool_error(tool: &str, e: &FoldError) -> Result<CallToolResponse, 
                 "retry_after": retry_after.as_secs().max(1),
             })),
         )),
+        FoldError::QuotaExceeded { period, retry_after } => Err(ErrorData::new(
+            ErrorCode(RATE_LIMITED),
+            e.to_string(),
+            Some(json!({
+                "code": e.code().as_str(),
+                "reason": "quota_exceeded",
+                "period": period,
+                "retry_after": retry_after.as_secs().max(1),
+            })),
+        )),
         FoldError::Invalid(invalid) => Err(invalid_argument(&ArgError {
             field: invalid.field.to_owned(),
             reason: invalid.reason.clone(),

@@ -11,7 +11,7 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use foldgate_engine::FoldingConfig;
+use foldgate_engine::{FoldingConfig, TenantRules};
 use serde_json::{Value, json};
 
 use crate::{
@@ -122,6 +122,8 @@ pub(crate) async fn check_host_origin(
 #[derive(Debug, Clone)]
 pub(crate) struct GuardState {
     pub folding: Arc<FoldingConfig>,
+    /// Each tenant's own budget policy, over `folding`'s.
+    pub tenants: Arc<TenantRules>,
     pub upstreams: Arc<Upstreams>,
     /// Where the protected-resource metadata lives, for 403 challenges.
     pub resource_metadata: Arc<str>,
@@ -233,8 +235,10 @@ pub(crate) fn check_message(
             {
                 return Err(missing_scope(tool.scope()));
             }
-            let parsed =
-                args::parse(*tool, arguments, &state.folding).map_err(|e| bad_argument(&e))?;
+            let rules = who.map(|w| state.tenants.of(&w.principal.tenant));
+            let budget = rules.as_ref().map_or(&state.folding.budget, |r| &r.budget);
+            let parsed = args::parse(*tool, arguments, &state.folding, budget)
+                .map_err(|e| bad_argument(&e))?;
             if let (Some(scope), Some(who)) = (parsed.extra_scope(), who)
                 && !who.has_scope(scope)
             {

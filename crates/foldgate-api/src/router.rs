@@ -99,6 +99,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     });
     let guard_state = GuardState {
         folding: Arc::new(gateway.service.config().clone()),
+        tenants: Arc::clone(gateway.service.tenant_rules()),
         upstreams: Arc::clone(&gateway.upstreams),
         resource_metadata: Arc::clone(&metadata_url),
     };

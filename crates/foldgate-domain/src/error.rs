@@ -78,6 +78,8 @@ pub enum ErrorCode {
     ModelFailed,
     /// No memory item of that id in the caller's tenant.
     MemoryNotFound,
+    /// The tenant spent its token quota for the day or the month.
+    QuotaExceeded,
     Internal,
 }
 
@@ -98,6 +100,7 @@ impl ErrorCode {
             Self::GatewayRunBranch => "gateway_run_branch",
             Self::ModelFailed => "model_failed",
             Self::MemoryNotFound => "memory_not_found",
+            Self::QuotaExceeded => "quota_exceeded",
             Self::Internal => "internal",
         }
     }

@@ -18,6 +18,7 @@ mod limits;
 mod memory;
 mod run;
 mod session;
+mod tenant;
 mod text;
 mod timeout;
 
@@ -34,5 +35,6 @@ pub use memory::{
 };
 pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
+pub use tenant::TenantSettings;
 pub use text::{Description, Message, Prompt, strip_control};
 pub use timeout::{TimeoutPolicy, TimeoutRequest};

@@ -39,6 +39,10 @@ pub enum FoldError {
     /// No `[[models]]` entry of that name serves the caller's tenant.
     #[error("no model {name:?} is configured for this tenant")]
     ModelNotFound { name: String },
+    /// The tenant spent its token quota for the period; another period
+    /// begins after `retry_after`.
+    #[error("the tenant's token quota for the {period} is spent: retry after {} s", retry_after.as_secs())]
+    QuotaExceeded { period: &'static str, retry_after: Duration },
     /// No memory item of that id in the caller's tenant.
     #[error("memory item not found")]
     MemoryNotFound,
@@ -95,6 +99,7 @@ impl FoldError {
             Self::GatewayRunBranch => ErrorCode::GatewayRunBranch,
             Self::ModelNotFound { .. } => ErrorCode::ModelNotFound,
             Self::MemoryNotFound => ErrorCode::MemoryNotFound,
+            Self::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Self::MemoryDisabled => ErrorCode::InvalidArgument,
             Self::Store(_) => ErrorCode::Internal,
         }

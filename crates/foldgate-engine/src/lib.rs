@@ -15,12 +15,15 @@ mod metrics;
 mod scrub;
 mod service;
 pub mod supervisor;
+mod tenants;
 mod tokens;
 
 pub use config::{FoldingConfig, SupervisorConfig};
 pub use error::FoldError;
 pub use foldgate_domain::{Clock, ManualClock, SystemClock};
-pub use foldgate_store::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
+pub use foldgate_store::{
+    CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls, UsageKind,
+};
 pub use memory::{
     BACKFILL_BATCH, EmbedError, Embedder, EmbeddingFailed, ExtractPass, Found, Injection,
     MemoryBank, MemoryConfig, MemoryEmbedding, MemoryExtract, MemoryMetrics, MemoryRetention,
@@ -35,4 +38,5 @@ pub use service::{
     CallTarget, Consumed, CreateBranch, Created, FoldingService, MeteredCall, ReturnBranch,
     Returned, SessionEnded, StatusQuery,
 };
+pub use tenants::{Rules, TENANT_SYNC_INTERVAL, TenantRules, UsageBook};
 pub use tokens::{Encoding, TokenCounter};

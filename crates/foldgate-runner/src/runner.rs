@@ -26,7 +26,7 @@ use foldgate_domain::{
 };
 use foldgate_engine::{CallTarget, CreateBranch, FoldError, FoldingService, ScrubFailure};
 use foldgate_store::{
-    Finish, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten,
+    Finish, NewRun, NewStep, Run, RunEnd, RunState, RunStep, StepKind, StepWritten, UsageKind,
 };
 use foldgate_upstream::{
     Caller, Lookup, Upstream, UpstreamTool, Upstreams,
@@ -247,11 +247,15 @@ impl Runner {
     #[tracing::instrument(name = "run.start", skip_all, fields(tenant = %who.principal.tenant))]
     pub async fn start(self: &Arc<Self>, who: &Grant, req: RunBranch) -> Result<Branch, FoldError> {
         let tenant = &who.principal.tenant;
-        let model = self.models.for_tenant(tenant, req.model.as_deref()).ok_or_else(|| {
-            FoldError::ModelNotFound {
+        let rules = self.service.tenant_rules().of(tenant);
+        // A model the tenant's settings leave out is one it does not have.
+        let model = self
+            .models
+            .for_tenant(tenant, req.model.as_deref())
+            .filter(|m| rules.allows_model(&m.config.name))
+            .ok_or_else(|| FoldError::ModelNotFound {
                 name: req.model.clone().unwrap_or_else(|| "(default)".into()),
-            }
-        })?;
+            })?;
         let tools = self.grantable_tools(who, req.tools.as_deref())?;
         let run = NewRun {
             model: model.config.name.clone(),

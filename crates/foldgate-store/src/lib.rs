@@ -36,8 +36,8 @@ mod ts;
 mod tx;
 
 pub use admin::{
-    AdminStore, AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, TenantOverview,
-    TreeBranch,
+    AdminStore, AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, StoredSettings,
+    TenantOverview, TenantSpend, TreeBranch, UsageKind, UsageLine,
 };
 pub use api::{PoolUsage, Store};
 pub use calls::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};

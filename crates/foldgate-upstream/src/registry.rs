@@ -3,7 +3,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, RwLock},
+    sync::{Arc, OnceLock, RwLock},
     time::{Duration, Instant},
 };
 
@@ -20,6 +20,7 @@ use super::{
     oauth::{Grant, TokenSource},
 };
 use foldgate_domain::Caller;
+use foldgate_engine::TenantRules;
 
 use crate::metrics::UpstreamMetrics;
 
@@ -278,6 +279,8 @@ pub enum Lookup {
 #[derive(Debug, Default)]
 pub struct Upstreams {
     list: Vec<Arc<Upstream>>,
+    /// The tenants' own allow-lists, over the upstreams' `tenants`.
+    rules: OnceLock<Arc<TenantRules>>,
 }
 
 impl Upstreams {
@@ -346,7 +349,7 @@ impl Upstreams {
                 metrics: metrics.clone(),
             }));
         }
-        Ok(Arc::new(Self { list }))
+        Ok(Arc::new(Self { list, rules: OnceLock::new() }))
     }
 
     /// Registers, for each upstream, the task that keeps its tool list
@@ -407,7 +410,18 @@ impl Upstreams {
     }
 
     fn visible<'a>(&'a self, who: &'a dyn Caller) -> impl Iterator<Item = &'a Arc<Upstream>> {
-        self.list.iter().filter(|u| u.config.serves_tenant(who.tenant().as_str()))
+        let rules = self.rules.get().map(|rules| rules.of(who.tenant()));
+        self.list.iter().filter(move |u| {
+            u.config.serves_tenant(who.tenant().as_str())
+                && rules.as_ref().is_none_or(|r| r.allows_upstream(&u.config.name))
+        })
+    }
+
+    /// Applies each tenant's own allow-list of upstreams (its settings'
+    /// `upstreams`) from now on; set once, at startup.
+    pub fn restrict_with(&self, rules: Arc<TenantRules>) {
+        // A second call is a no-op: the first rules stay.
+        let _ = self.rules.set(rules);
     }
 
     /// Per upstream: name, whether it answers, tools offered, last error.

@@ -8,7 +8,7 @@ use foldgate_background::{
 };
 use foldgate_engine::{
     FoldingService, MemoryBank, MemoryEmbedding, MemoryExtract, MemoryRetention, MemoryUses,
-    StoreGauges,
+    StoreGauges, TENANT_SYNC_INTERVAL,
 };
 use serde_json::json;
 
@@ -43,7 +43,29 @@ impl BackgroundTask for UsageFlusher {
     }
 }
 
-/// Registers the usage flusher and the store gauges.
+/// Writes the daily usage this replica counted and reads every tenant's
+/// overrides and spending (see `foldgate_engine::TenantRules`): every
+/// second, and once more at shutdown.
+#[derive(Debug)]
+struct TenantSync(Arc<FoldingService>);
+
+impl BackgroundTask for TenantSync {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.0.sync_tenants().await {
+                Ok((written, tenants)) => Activation::ok(
+                    json!({"usage_lines_written": written, "tenants_with_settings": tenants}),
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "syncing tenant usage and settings failed; usage kept for the next try");
+                    Activation::failed(e, json!({}))
+                }
+            }
+        })
+    }
+}
+
+/// Registers the usage flusher, the tenant sync and the store gauges.
 pub(crate) fn register_store_tasks(
     driver: &mut Driver,
     service: &Arc<FoldingService>,
@@ -54,6 +76,10 @@ pub(crate) fn register_store_tasks(
         .period(USAGE_FLUSH_INTERVAL)
         .on_stop(OnStop::LastPass);
     driver.register(flush, UsageFlusher(Arc::clone(service)));
+    let sync = TaskDef::new("tenant_sync", StopOrder::USAGE)
+        .period(TENANT_SYNC_INTERVAL)
+        .on_stop(OnStop::LastPass);
+    driver.register(sync, TenantSync(Arc::clone(service)));
     let gauge_def = TaskDef::new("store_gauges", StopOrder::GAUGES).period(gauge_interval);
     driver.register(gauge_def, gauges);
 }

@@ -172,6 +172,7 @@ pub async fn start(
     let upstreams =
         Upstreams::new(&config.upstreams, |var| std::env::var(var).ok(), &api_metrics.upstream)
             .map_err(anyhow::Error::msg)?;
+    upstreams.restrict_with(Arc::clone(service.tenant_rules()));
     metrics::observe_upstreams(&meter, &upstreams);
     upstreams.register(&mut driver);
     // Stopped after the servers, so that runs whose callers are still

@@ -3,7 +3,9 @@
 //! so that what the guard lets through is exactly what the tools accept.
 
 use foldgate_auth as auth;
-use foldgate_domain::{BranchId, InvalidInput, Message, Outcome, SessionId};
+use foldgate_domain::{
+    BranchId, BudgetPolicy, BudgetRequest, InvalidInput, Message, Outcome, SessionId,
+};
 use foldgate_engine::{CreateBranch, FoldingConfig, ReturnBranch, StatusQuery};
 
 mod memory;
@@ -264,18 +266,20 @@ impl Parsed {
     }
 }
 
-/// Reads a tool's arguments. `None` is treated as `{}`.
+/// Reads a tool's arguments. `None` is treated as `{}`. A branch's budget
+/// follows `budget`, the caller's tenant's policy.
 pub fn parse(
     tool: FoldingTool,
     args: Option<&Map<String, Value>>,
     config: &FoldingConfig,
+    budget: &BudgetPolicy,
 ) -> Result<Parsed, ArgError> {
     let empty = Map::new();
     let args = Args::new(args.unwrap_or(&empty), tool)?;
     Ok(match tool {
-        FoldingTool::BranchCreate => Parsed::Create(args.create(config)?),
+        FoldingTool::BranchCreate => Parsed::Create(args.create(config, budget)?),
         FoldingTool::BranchRun => Parsed::Run(RunBranch {
-            create: args.create(config)?,
+            create: args.create(config, budget)?,
             model: args.optional_name("model")?,
             tools: args.optional_names("tools")?,
         }),
@@ -353,7 +357,11 @@ impl<'a> Args<'a> {
     }
 
     /// The arguments `branch_create` and `branch_run` share.
-    fn create(&self, config: &FoldingConfig) -> Result<CreateBranch, ArgError> {
+    fn create(
+        &self,
+        config: &FoldingConfig,
+        budget: &BudgetPolicy,
+    ) -> Result<CreateBranch, ArgError> {
         let session_id = self.required_str("session_id")?;
         let description = self.required_str("description")?;
         let inject_memories = self.optional_bool("inject_memories")?;
@@ -368,6 +376,8 @@ impl<'a> Args<'a> {
             self.optional_str("return_tier")?,
         )?;
         create.inject_memories = inject_memories;
+        // The tenant's own default and cap, where it has them.
+        create.budget = BudgetRequest::parse(self.optional_int("budget")?, budget)?;
         Ok(create)
     }
 

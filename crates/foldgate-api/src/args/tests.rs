@@ -3,7 +3,8 @@ use serde_json::json;
 use super::*;
 
 fn parse_json(tool: FoldingTool, args: Value) -> Result<Parsed, ArgError> {
-    parse(tool, args.as_object(), &FoldingConfig::default())
+    let config = FoldingConfig::default();
+    parse(tool, args.as_object(), &config, &config.budget)
 }
 
 #[test]

@@ -16,12 +16,12 @@ use foldgate_domain::{
 };
 use foldgate_store::{
     BatchFinish, CallRecord, CallSummary, CreateRules, DueBranch, Finish, Finished, NewBranch,
-    NewRun, OutsideUsage, ParentChoice, Store,
+    NewRun, OutsideUsage, ParentChoice, Store, UsageKind,
 };
 
 use crate::{
     Clock, EngineMetrics, FoldError, FoldingConfig, INLINE_TEXT_BYTES, Injection, MemoryBank,
-    ScrubFailure, Scrubber, TokenCounter,
+    ScrubFailure, Scrubber, TenantRules, TokenCounter,
 };
 
 mod calls;
@@ -51,6 +51,8 @@ pub struct FoldingService {
     outside: Mutex<HashMap<(TenantId, Option<SessionId>), OutsideUsage>>,
     /// The reasoning memory, when it is on.
     memory: Option<Arc<MemoryBank>>,
+    /// Each tenant's rules and quotas, and the usage counted towards them.
+    tenants: Arc<TenantRules>,
 }
 
 impl FoldingService {
@@ -61,6 +63,7 @@ impl FoldingService {
         clock: Arc<dyn Clock>,
         config: FoldingConfig,
     ) -> Self {
+        let tenants = Arc::new(TenantRules::new(&config));
         Self {
             store,
             tokens,
@@ -72,6 +75,7 @@ impl FoldingService {
             metrics: EngineMetrics::noop(),
             outside: Mutex::new(HashMap::new()),
             memory: None,
+            tenants,
         }
     }
 
@@ -95,6 +99,12 @@ impl FoldingService {
 
     pub(crate) fn metrics(&self) -> &EngineMetrics {
         &self.metrics
+    }
+
+    /// Each tenant's rules (the configuration with the tenant's overrides)
+    /// and quotas.
+    pub fn tenant_rules(&self) -> &Arc<TenantRules> {
+        &self.tenants
     }
 
     pub fn config(&self) -> &FoldingConfig {
@@ -146,6 +156,8 @@ impl FoldingService {
         mut run: Option<NewRun>,
     ) -> Result<Created, FoldError> {
         let now = self.clock.now();
+        self.tenants.check_quota(&who.tenant, now)?;
+        let rules = self.tenants.of(&who.tenant);
         let gateway_run = run.is_some();
         let deadline_at =
             now + chrono::Duration::from_std(req.timeout.duration()).unwrap_or_default();
@@ -188,9 +200,9 @@ impl FoldingService {
             created_at: now,
             deadline_at,
             rules: CreateRules {
-                budget: self.config.budget,
-                max_depth: self.config.max_depth,
-                limits: self.config.limits,
+                budget: rules.budget,
+                max_depth: rules.max_depth,
+                limits: rules.limits,
             },
             kind: if gateway_run { BranchKind::Gateway } else { BranchKind::Agent },
             return_tier: req.return_tier,
@@ -306,6 +318,7 @@ impl FoldingService {
         self.metrics.redacted(&scrubbed.by_rule);
         // The charge is capped at what remained of the budget.
         self.metrics.returned(&branch, result_tokens, result_tokens.min(branch.ledger.used));
+        self.count_return(&branch);
         tracing::debug!(
             tenant = %who.tenant, branch_id = %branch.id, status = %branch.status,
             tokens_used = branch.ledger.used, redactions = scrubbed.redactions,
@@ -520,11 +533,24 @@ impl FoldingService {
             Ok((branch, _)) => {
                 // The finding is already in the context the model counted.
                 self.metrics.returned(&branch, branch.returned_tokens.unwrap_or(0), 0);
+                self.count_return(&branch);
                 Ok(Some(branch))
             }
             Err(FoldError::BranchNotActive { .. } | FoldError::BranchNotFound) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Counts a returned branch of depth 1 in its tenant's daily usage:
+    /// what it spent, and what of it entered the caller's context.
+    fn count_return(&self, branch: &Branch) {
+        if branch.depth != 1 {
+            return;
+        }
+        let at = branch.completed_at.unwrap_or_else(|| self.clock.now());
+        let returned = branch.returned_tokens.unwrap_or(0);
+        let tokens = (branch.ledger.used, returned);
+        self.tenants.usage().add(&branch.tenant, at, UsageKind::Return, "", 1, tokens);
     }
 
     /// Counts secrets redacted from a finding the gateway returns (a run's,

@@ -100,6 +100,14 @@ impl Runner {
                 }
             };
             self.metrics.step(&model.config.name, "model");
+            self.service.tenant_rules().usage().add(
+                tenant,
+                step.at,
+                UsageKind::Model,
+                &model.config.name,
+                1,
+                (completion.input_tokens, completion.output_tokens),
+            );
             self.metrics.billed(
                 tenant.as_str(),
                 &model.config,

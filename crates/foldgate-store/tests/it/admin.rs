@@ -7,11 +7,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
     BranchId, BranchKind, BudgetPolicy, BudgetRequest, Limits, Principal, ReturnTier, SessionId,
-    Subject, TenantId,
+    Subject, TenantId, TenantSettings,
 };
 use foldgate_store::{
     AuditEntry, AuditPage, CallOutcome, CallRecord, CreateRules, NewBranch, ParentChoice,
-    SessionPage, Store,
+    SessionPage, Store, UsageKind, UsageLine,
 };
 use foldgate_testkit::{Backend, TestDb, on_both_backends};
 use serde_json::json;
@@ -149,8 +149,73 @@ async fn the_audit_log_reads_newest_first(backend: Backend) {
     db.cleanup().await;
 }
 
+fn line(tenant: &str, day: &str, kind: UsageKind, name: &str, tokens: (u64, u64)) -> UsageLine {
+    UsageLine {
+        tenant: TenantId::parse(tenant).unwrap(),
+        day: day.parse().unwrap(),
+        kind,
+        name: name.into(),
+        calls: 1,
+        tokens_in: tokens.0,
+        tokens_out: tokens.1,
+    }
+}
+
+async fn settings_and_usage_add_up_per_tenant_and_day(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.connect().await;
+    let acme = TenantId::parse("acme").unwrap();
+    let actor = Principal::new(TenantId::parse("ops").unwrap(), Subject::parse("root").unwrap());
+    let settings = TenantSettings { tokens_per_day: Some(100), ..TenantSettings::default() };
+    let entry = AuditEntry {
+        id: Uuid::now_v7(),
+        at: t0(),
+        actor: actor.clone(),
+        tenant: Some(acme.clone()),
+        action: "limits.update".into(),
+        target: "acme".into(),
+        detail: json!({"tokens_per_day": 100}),
+    };
+    store.put_tenant_settings(&acme, &settings, &entry).await.unwrap();
+    let stored = store.tenant_settings(&acme).await.unwrap().expect("stored");
+    assert_eq!((stored.settings.clone(), stored.updated_by.clone()), (settings.clone(), actor));
+    assert_eq!(store.all_tenant_settings().await.unwrap(), [(acme.clone(), settings)]);
+    let audit = store.audit(&AuditPage { tenant: None, limit: 5, before: None }).await.unwrap();
+    assert_eq!(audit, [entry], "written with the change");
+
+    // Lines for the same key add up, whichever replica wrote them.
+    let writes = [
+        vec![
+            line("acme", "2026-11-01", UsageKind::BranchCall, "files", (10, 20)),
+            line("acme", "2026-11-25", UsageKind::OutsideCall, "files", (1, 2)),
+            line("acme", "2026-11-25", UsageKind::Return, "", (500, 40)),
+            line("globex", "2026-11-25", UsageKind::Model, "gpt", (7, 7)),
+        ],
+        vec![
+            line("acme", "2026-11-25", UsageKind::OutsideCall, "files", (3, 4)),
+            line("acme", "2026-10-31", UsageKind::Model, "gpt", (1000, 1000)),
+        ],
+    ];
+    for lines in &writes {
+        store.add_usage(lines).await.unwrap();
+    }
+    let today: chrono::NaiveDate = "2026-11-25".parse().unwrap();
+    let month: chrono::NaiveDate = "2026-11-01".parse().unwrap();
+    let got = store.usage(&acme, month, today).await.unwrap();
+    let outside = got.iter().find(|l| l.kind == UsageKind::OutsideCall).unwrap();
+    assert_eq!((outside.calls, outside.tokens_in, outside.tokens_out), (2, 4, 6));
+    assert_eq!(got.len(), 3, "October's line is outside the span: {got:?}");
+    // Spending leaves returns out, and tenants without settings.
+    let spend = store.spending(today, month).await.unwrap();
+    assert_eq!(spend.len(), 1, "{spend:?}");
+    assert_eq!((spend[0].today, spend[0].this_month), (10, 40));
+    store.close().await;
+    db.cleanup().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     admin_reads_see_one_tenant_at_a_time,
-    the_audit_log_reads_newest_first
+    the_audit_log_reads_newest_first,
+    settings_and_usage_add_up_per_tenant_and_day
 );

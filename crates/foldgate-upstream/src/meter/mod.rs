@@ -23,7 +23,7 @@ use std::{sync::Arc, time::Instant};
 use foldgate_domain::{BranchId, ErrorCode, Principal, Tokens};
 use foldgate_engine::{
     CallOutcome, CallRecord, CallTarget, FoldError, FoldingService, INLINE_TEXT_BYTES,
-    OutsideUsage, ScrubFailure, Scrubber, TokenCounter,
+    OutsideUsage, ScrubFailure, Scrubber, TokenCounter, UsageKind,
 };
 use http::HeaderMap;
 use rmcp::model::{CallToolResult, ErrorCode as RpcCode, ErrorData};
@@ -130,6 +130,8 @@ async fn forward(
     span: Span,
 ) -> Result<Answer, CallFailure> {
     let UpstreamCall { upstream, tool, arguments, meta } = call;
+    // A tenant that spent its token quota calls nothing more.
+    service.tenant_rules().check_quota(&who.tenant, service.clock().now())?;
     let scrubber = service.scrubber();
     let name = tool.tool.name.as_ref();
     let tokens = service.tokens().clone();
@@ -332,6 +334,14 @@ struct Meter<'a> {
 }
 
 impl Meter<'_> {
+    /// Counts the call in the tenant's daily usage, with the tokens of the
+    /// result as the agent received it.
+    fn count(&self, kind: UsageKind, tokens_in: Tokens, tokens_out: Tokens) {
+        let at = self.service.clock().now();
+        let usage = self.service.tenant_rules().usage();
+        usage.add(&self.who.tenant, at, kind, self.upstream.name(), 1, (tokens_in, tokens_out));
+    }
+
     /// Charges the call where it belongs. Metrics and the span record the
     /// call as the agent receives it.
     async fn record(
@@ -357,6 +367,7 @@ impl Meter<'_> {
                 }
                 let usage = OutsideUsage { calls: 1, tokens_in, tokens_out };
                 self.service.record_outside(&self.who.tenant, session.clone(), usage);
+                self.count(UsageKind::OutsideCall, tokens_in, tokens_out);
                 Ok(Metered {
                     branch: None,
                     used: None,
@@ -388,6 +399,7 @@ impl Meter<'_> {
                 let granted = metered.consumption.map_or(0, |c| c.granted);
                 let received = call.received(granted);
                 noted(received.0, received.1);
+                self.count(UsageKind::BranchCall, tokens_in, received.0);
                 Ok(Metered {
                     branch: Some(branch.id),
                     used: metered.consumption.map(|c| c.ledger.used),

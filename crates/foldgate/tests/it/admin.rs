@@ -11,21 +11,38 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// An admin API client with one token.
-struct Admin {
+pub(crate) struct Admin {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
 impl Admin {
-    fn new(gw: &TestGateway, token: Option<String>) -> Self {
+    pub(crate) fn new(gw: &TestGateway, token: Option<String>) -> Self {
         Self { http: reqwest::Client::new(), base: format!("{}/admin/v1", gw.base), token }
     }
 
+    /// A deployment admin of `gw`.
+    pub(crate) fn deployment(gw: &TestGateway) -> Self {
+        Self::new(gw, Some(gw.token("ops", "root", &["foldgate:admin"])))
+    }
+
     async fn send(&self, method: Method, path: &str) -> (StatusCode, Value) {
+        self.send_json(method, path, None).await
+    }
+
+    async fn send_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
         }
         let response = request.send().await.unwrap();
         let status = response.status();
@@ -41,8 +58,12 @@ impl Admin {
         self.send(Method::POST, path).await
     }
 
+    pub(crate) async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send_json(Method::PUT, path, Some(body)).await
+    }
+
     /// A successful GET's body.
-    async fn read(&self, path: &str) -> Value {
+    pub(crate) async fn read(&self, path: &str) -> Value {
         let (status, body) = self.get(path).await;
         assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
         body
@@ -70,7 +91,7 @@ async fn admins_reach_their_tenants_and_no_other(backend: Backend) {
         (root["branch_id"].as_str().unwrap(), child["branch_id"].as_str().unwrap());
     let their_id = theirs["branch_id"].as_str().unwrap();
 
-    let deployment = Admin::new(&gw, Some(gw.token("ops", "root", &["foldgate:admin"])));
+    let deployment = Admin::deployment(&gw);
     let acme = Admin::new(&gw, Some(gw.token("acme", "lead", &["tenant:admin"])));
 
     // Who may call at all.
@@ -231,8 +252,77 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
     gw.stop().await;
 }
 
+/// Creates a branch on `url` and answers its allocated budget.
+async fn allocated(url: &str, token: &str, budget: Option<u64>) -> u64 {
+    let agent = client(url, token, Era::Discover).await;
+    let mut args = json!({"session_id": format!("s{}", uuid::Uuid::new_v4()), "description": "d"});
+    if let Some(budget) = budget {
+        args["budget"] = json!(budget);
+    }
+    let created = ok(&call(&agent, "branch_create", args).await);
+    agent.cancel().await.unwrap();
+    created["budget_allocated"].as_u64().unwrap()
+}
+
+async fn limits_apply_on_every_replica_without_a_restart(backend: Backend) {
+    let gw = TestGateway::start(backend).await;
+    let audience = gw.audience.clone();
+    let replica = gw.replica(|c| c.auth.audience = Some(audience)).await;
+    let token = gw.write_token("acme", "alice");
+    let deployment = Admin::deployment(&gw);
+    let acme = Admin::new(&gw, Some(gw.token("acme", "lead", &["tenant:admin"])));
+
+    let before = acme.read("/tenants/acme/limits").await;
+    assert_eq!(before["overrides"], json!({}));
+    let default_budget = before["effective"]["default_budget"].as_u64().unwrap();
+    assert_eq!(allocated(&replica.url, &token, None).await, default_budget);
+
+    // Only a deployment admin changes limits; bad values change nothing.
+    let wanted = json!({"default_budget": 500, "max_budget": 1000, "creations_per_minute": 50});
+    let (status, body) = acme.put("/tenants/acme/limits", wanted.clone()).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::FORBIDDEN, "forbidden"), "a tenant admin");
+    for (bad, why) in [
+        (json!({"max_depth": 0}), "max_depth"),
+        (json!({"default_budget": 5000, "max_budget": 1000}), "budget"),
+        (json!({"colour": "blue"}), "colour"),
+        (json!("not an object"), "invalid type"),
+    ] {
+        let (status, body) = deployment.put("/tenants/acme/limits", bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{why}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(why), "{why}: {body}");
+    }
+    assert_eq!(acme.read("/tenants/acme/limits").await["overrides"], json!({}), "unchanged");
+
+    let (status, set) = deployment.put("/tenants/acme/limits", wanted.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    assert_eq!(set["overrides"], wanted);
+    assert_eq!(set["effective"]["max_budget"], 1000);
+    assert_eq!(set["updated_by"]["subject"], "root");
+
+    // The other replica applies them within seconds.
+    let mut applied = false;
+    for _ in 0..50 {
+        if allocated(&replica.url, &token, None).await == 500 {
+            applied = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(applied, "the replica never applied the new default budget");
+    assert_eq!(allocated(&replica.url, &token, Some(5000)).await, 1000, "capped at max_budget");
+    let other = gw.write_token("globex", "gina");
+    assert_eq!(allocated(&replica.url, &other, None).await, default_budget, "another tenant");
+
+    let audit = deployment.read("/audit").await;
+    assert_eq!(audit["entries"][0]["action"], "limits.update");
+    assert_eq!(audit["entries"][0]["detail"], wanted);
+    replica.stop().await;
+    gw.stop().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     admins_reach_their_tenants_and_no_other,
-    the_openapi_document_describes_every_route
+    the_openapi_document_describes_every_route,
+    limits_apply_on_every_replica_without_a_restart
 );

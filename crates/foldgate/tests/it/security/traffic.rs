@@ -83,6 +83,90 @@ async fn the_session_creation_rate_gives_429() {
 /// Extra request headers.
 type Headers<'a> = Vec<(&'a str, &'a str)>;
 
+/// Calls a tool on the gateway or replica at `url` with a raw request.
+async fn post_tool_at(url: &str, token: &str, tool: &str, args: &Value) -> Reply {
+    let http = reqwest::Client::new();
+    let body = tool_call(Wire::Legacy, tool, args).to_string();
+    send(mcp_request(&http, url, Some(token), Wire::Legacy).body(body)).await
+}
+
+/// A tenant's daily token quota, spent through one replica, refuses its
+/// next call on another with 429 `quota_exceeded`; other tenants go on.
+async fn a_token_quota_refuses_on_every_replica(backend: Backend) {
+    use foldgate_testkit::gateway::{FILES_AUTH, files_config, tools_until};
+    let files = foldgate_testkit::upstream::Upstream::start(FILES_AUTH).await;
+    let config = files_config(&files.url(), &["read_file"]);
+    let upstreams = vec![config.clone()];
+    let gw = TestGateway::with_upstreams(backend, upstreams.clone()).await;
+    let audience = gw.audience.clone();
+    let replica = gw
+        .replica(move |c| {
+            c.upstreams = upstreams;
+            c.auth.audience = Some(audience);
+        })
+        .await;
+    let admin = crate::admin::Admin::deployment(&gw);
+    let (status, body) = admin.put("/tenants/acme/limits", json!({"tokens_per_day": 50})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let token = gw.write_token("acme", "alice");
+    let agent = client(&gw.url, &token, Era::Discover).await;
+    tools_until(&agent, |n| n.iter().any(|t| t == "files__read_file")).await;
+
+    // Within the quota: a file of 40 lines is far more than 50 tokens.
+    let read = json!({"path": "src/lib.rs", "lines": 40});
+    let first = post_tool_at(&gw.url, &token, "files__read_file", &read).await;
+    first.tool_result("the first call, within the quota");
+
+    // Spent: refused on the replica, once it has seen the total.
+    let create = json!({"session_id": "s", "description": "more"});
+    let mut refused = None;
+    for _ in 0..60 {
+        let reply = post_tool_at(&replica.url, &token, "branch_create", &create).await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(reply);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let refused = refused.expect("the replica never refused");
+    let error = refused.jsonrpc_error(StatusCode::TOO_MANY_REQUESTS, -32029, "over the quota");
+    assert_eq!(error["data"]["reason"], "quota_exceeded", "{error}");
+    assert_eq!(error["data"]["period"], "day", "{error}");
+    let wait: u64 = refused.header(RETRY_AFTER).expect("Retry-After").parse().unwrap();
+    assert!((1..=86_400).contains(&wait), "until midnight UTC: {wait}");
+    let again = post_tool_at(&replica.url, &token, "files__read_file", &read).await;
+    again.jsonrpc_error(StatusCode::TOO_MANY_REQUESTS, -32029, "an upstream call too");
+
+    // Another tenant is not held to acme's quota.
+    let other = gw.write_token("globex", "gina");
+    post_tool_at(&replica.url, &other, "branch_create", &create).await.tool_result("globex");
+
+    // The usage report counts the call, per day and per upstream.
+    let usage = admin.read("/tenants/acme/usage?group_by=upstream").await;
+    assert_eq!(usage["rows"][0]["key"], "files", "{usage}");
+    assert_eq!(usage["rows"][0]["outside_calls"], 1, "{usage}");
+    let spent = usage["total"]["outside_tokens_in"].as_u64().unwrap()
+        + usage["total"]["outside_tokens_out"].as_u64().unwrap();
+    assert!(spent >= 50, "{usage}");
+    let limits = admin.read("/tenants/acme/limits").await;
+    assert_eq!(limits["spent_today"].as_u64(), Some(spent), "{limits}");
+
+    // An empty allow-list of upstreams hides the tenant's upstream tools.
+    let hidden = json!({"tokens_per_day": 50, "upstreams": []});
+    assert_eq!(admin.put("/tenants/acme/limits", hidden).await.0, StatusCode::OK);
+    tools_until(&agent, |n| !n.iter().any(|t| t.starts_with("files__"))).await;
+
+    agent.cancel().await.unwrap();
+    replica.stop().await;
+    gw.stop().await;
+    files.down().await;
+}
+
+foldgate_testkit::on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_token_quota_refuses_on_every_replica
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_and_origin_are_checked() {
     let allowed_origin = "https://app.example";

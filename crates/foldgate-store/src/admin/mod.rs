@@ -5,94 +5,29 @@
 //! None of this is on the folding path: these reads serve an operator's
 //! screen, one statement each, and never lock a row that folding takes.
 
+mod types;
+
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use foldgate_domain::{Branch, Principal, Session, SessionId, Subject, TenantId, Tokens};
+use chrono::{DateTime, NaiveDate, Utc};
+use foldgate_domain::{Branch, Principal, Session, SessionId, Subject, TenantId, TenantSettings};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
+pub use self::types::{
+    AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, StoredSettings, TenantOverview,
+    TenantSpend, TreeBranch, UsageKind, UsageLine,
+};
+use self::types::{
+    AuditRow, SessionListingRow, SettingsRow, SpendRow, TenantRow, TreeRow, UsageRow, corrupt,
+    count, day, settings_of,
+};
 use crate::{
     ModelUsage, StoreError,
     dialect::{Dialect, Param, Value},
-    record::{BranchRow, SessionRow, branch_columns, session_columns, tokens},
+    record::{SessionRow, branch_columns, db_tokens as db_count, session_columns, tokens},
     store::SqlStore,
     ts::Ts,
 };
-
-/// The most rows one admin read returns.
-pub const MAX_PAGE: u32 = 500;
-
-/// A tenant at a glance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantOverview {
-    pub tenant: TenantId,
-    pub open_sessions: u64,
-    pub active_branches: u64,
-    /// Tokens that went through the gateway for the tenant since the
-    /// instant asked for: upstream calls inside branches (arguments and
-    /// results) and what model providers billed for gateway-run branches.
-    pub tokens_since: Tokens,
-}
-
-/// Which of a tenant's sessions to list, newest first.
-#[derive(Debug, Clone, Default)]
-pub struct SessionPage {
-    /// Only sessions still open.
-    pub open_only: bool,
-    /// At most this many ([`MAX_PAGE`] at most).
-    pub limit: u32,
-    /// Those created before this session (its creation time and id), the
-    /// last one of the previous page.
-    pub after: Option<(DateTime<Utc>, SessionId)>,
-}
-
-/// A session in a list, with how many branches it had.
-#[derive(Debug, Clone)]
-pub struct SessionListing {
-    pub session: Session,
-    pub branches: u64,
-    pub active_branches: u64,
-}
-
-/// One branch of a session's tree, with what it did.
-#[derive(Debug, Clone)]
-pub struct TreeBranch {
-    pub branch: Branch,
-    /// Upstream calls it made, and the tokens charged for them.
-    pub calls: u64,
-    pub call_tokens: Tokens,
-    /// A gateway-run branch: its model and what the provider billed.
-    pub model: Option<(String, ModelUsage)>,
-}
-
-/// One change made through the admin API.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditEntry {
-    /// UUIDv7: entries sort by time.
-    pub id: Uuid,
-    pub at: DateTime<Utc>,
-    /// Who made it: the token's tenant and subject.
-    pub actor: Principal,
-    /// The tenant whose resource changed; `None` for the whole deployment.
-    pub tenant: Option<TenantId>,
-    /// `<resource>.<verb>`, such as `branch.end`.
-    pub action: String,
-    /// What it was done to: an id or a name.
-    pub target: String,
-    /// The request's details.
-    pub detail: serde_json::Value,
-}
-
-/// Which audit entries to read, newest first.
-#[derive(Debug, Clone, Default)]
-pub struct AuditPage {
-    /// Only those about this tenant's resources.
-    pub tenant: Option<TenantId>,
-    /// At most this many ([`MAX_PAGE`] at most).
-    pub limit: u32,
-    /// Those older than this entry, the last one of the previous page.
-    pub before: Option<Uuid>,
-}
 
 /// The admin API's reads and its audit log.
 #[async_trait]
@@ -123,55 +58,42 @@ pub trait AdminStore {
     async fn record_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
 
     async fn audit(&self, page: &AuditPage) -> Result<Vec<AuditEntry>, StoreError>;
-}
 
-#[derive(Debug, sqlx::FromRow)]
-struct TenantRow {
-    tenant_id: String,
-    active_branches: i64,
-    open_sessions: i64,
-    call_tokens: i64,
-    model_tokens: i64,
-}
+    /// Every tenant's overrides.
+    async fn all_tenant_settings(&self) -> Result<Vec<(TenantId, TenantSettings)>, StoreError>;
 
-#[derive(Debug, sqlx::FromRow)]
-struct SessionListingRow {
-    #[sqlx(flatten)]
-    session: SessionRow,
-    branches: i64,
-    active_branches: i64,
-}
+    async fn tenant_settings(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<StoredSettings>, StoreError>;
 
-#[derive(Debug, sqlx::FromRow)]
-struct TreeRow {
-    #[sqlx(flatten)]
-    branch: BranchRow,
-    calls: Option<i64>,
-    call_tokens: Option<i64>,
-    model: Option<String>,
-    model_calls: Option<i64>,
-    model_input: Option<i64>,
-    model_output: Option<i64>,
-}
+    /// Replaces a tenant's overrides and writes `audit`, in one
+    /// transaction.
+    async fn put_tenant_settings(
+        &self,
+        tenant: &TenantId,
+        settings: &TenantSettings,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError>;
 
-#[derive(Debug, sqlx::FromRow)]
-struct AuditRow {
-    id: Uuid,
-    at: DateTime<Utc>,
-    actor_tenant: String,
-    actor_sub: String,
-    tenant_id: Option<String>,
-    action: String,
-    target: String,
-    detail: String,
-}
+    /// Adds to the daily usage, in one transaction.
+    async fn add_usage(&self, lines: &[UsageLine]) -> Result<(), StoreError>;
 
-fn count(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
+    /// A tenant's daily usage from `from` to `to`, both included.
+    async fn usage(
+        &self,
+        tenant: &TenantId,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> Result<Vec<UsageLine>, StoreError>;
 
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
+    /// What each tenant with overrides spent on `today` and in the month
+    /// that began on `month_start`.
+    async fn spending(
+        &self,
+        today: NaiveDate,
+        month_start: NaiveDate,
+    ) -> Result<Vec<TenantSpend>, StoreError>;
 }
 
 #[async_trait]
@@ -179,6 +101,7 @@ impl<D: Dialect> AdminStore for SqlStore<D>
 where
     for<'c> &'c mut <D::DB as Database>::Connection: Executor<'c, Database = D::DB>,
     for<'a> &'a str: Encode<'a, D::DB> + Type<D::DB> + ColumnIndex<<D::DB as Database>::Row>,
+    usize: ColumnIndex<<D::DB as Database>::Row>,
     Ts: Param<D::DB>,
     Option<Ts>: Param<D::DB>,
     for<'a> Option<&'a str>: Encode<'a, D::DB> + Type<D::DB>,
@@ -336,20 +259,7 @@ where
 
     async fn record_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         self.timed("admin_record_audit", async {
-            sqlx::query(
-                "INSERT INTO audit_log (id, at, actor_tenant, actor_sub, tenant_id, action, \
-                 target, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(entry.id)
-            .bind(Ts(entry.at))
-            .bind(entry.actor.tenant.as_str())
-            .bind(entry.actor.subject.as_str())
-            .bind(entry.tenant.as_ref().map(TenantId::as_str))
-            .bind(entry.action.as_str())
-            .bind(entry.target.as_str())
-            .bind(entry.detail.to_string())
-            .execute(&self.pool)
-            .await?;
+            insert_audit(entry).execute(&self.pool).await?;
             Ok(())
         })
         .await
@@ -391,4 +301,197 @@ where
         })
         .await
     }
+
+    async fn all_tenant_settings(&self) -> Result<Vec<(TenantId, TenantSettings)>, StoreError> {
+        self.timed("admin_all_tenant_settings", async {
+            let rows: Vec<(String, String)> =
+                sqlx::query_as("SELECT tenant_id, settings FROM tenant_settings")
+                    .fetch_all(&self.pool)
+                    .await?;
+            rows.into_iter()
+                .map(|(tenant, json)| {
+                    Ok((TenantId::parse(&tenant).map_err(corrupt)?, settings_of(&json)?))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn tenant_settings(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<StoredSettings>, StoreError> {
+        self.timed("admin_tenant_settings", async {
+            let row: Option<SettingsRow> = sqlx::query_as(
+                "SELECT settings, updated_at, updated_by_tenant, updated_by_sub \
+                 FROM tenant_settings WHERE tenant_id = $1",
+            )
+            .bind(tenant.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+            row.map(|r| {
+                Ok(StoredSettings {
+                    settings: settings_of(&r.settings)?,
+                    updated_at: r.updated_at,
+                    updated_by: Principal::new(
+                        TenantId::parse(&r.updated_by_tenant).map_err(corrupt)?,
+                        Subject::parse(&r.updated_by_sub).map_err(corrupt)?,
+                    ),
+                })
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    async fn put_tenant_settings(
+        &self,
+        tenant: &TenantId,
+        settings: &TenantSettings,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(settings).map_err(|e| corrupt(e.to_string()))?;
+        self.timed("admin_put_tenant_settings", async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO tenant_settings (tenant_id, settings, updated_at, updated_by_tenant, \
+                 updated_by_sub) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id) DO UPDATE \
+                 SET settings = excluded.settings, updated_at = excluded.updated_at, \
+                 updated_by_tenant = excluded.updated_by_tenant, \
+                 updated_by_sub = excluded.updated_by_sub",
+            )
+            .bind(tenant.as_str())
+            .bind(json.as_str())
+            .bind(Ts(audit.at))
+            .bind(audit.actor.tenant.as_str())
+            .bind(audit.actor.subject.as_str())
+            .execute(&mut *tx)
+            .await?;
+            insert_audit(audit).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn add_usage(&self, lines: &[UsageLine]) -> Result<(), StoreError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        self.timed("admin_add_usage", async {
+            let mut tx = self.pool.begin().await?;
+            for line in lines {
+                sqlx::query(
+                    "INSERT INTO usage_daily (tenant_id, day, kind, name, calls, tokens_in, \
+                     tokens_out) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                     ON CONFLICT (tenant_id, day, kind, name) DO UPDATE \
+                     SET calls = usage_daily.calls + excluded.calls, \
+                     tokens_in = usage_daily.tokens_in + excluded.tokens_in, \
+                     tokens_out = usage_daily.tokens_out + excluded.tokens_out",
+                )
+                .bind(line.tenant.as_str())
+                .bind(line.day.to_string())
+                .bind(line.kind.as_str())
+                .bind(line.name.as_str())
+                .bind(db_count(line.calls))
+                .bind(db_count(line.tokens_in))
+                .bind(db_count(line.tokens_out))
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn usage(
+        &self,
+        tenant: &TenantId,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> Result<Vec<UsageLine>, StoreError> {
+        self.timed("admin_usage", async {
+            let rows: Vec<UsageRow> = sqlx::query_as(
+                "SELECT tenant_id, day, kind, name, calls, tokens_in, tokens_out FROM usage_daily \
+                 WHERE tenant_id = $1 AND day >= $2 AND day <= $3 ORDER BY day, kind, name",
+            )
+            .bind(tenant.as_str())
+            .bind(from.to_string())
+            .bind(to.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|r| {
+                    Ok(UsageLine {
+                        tenant: TenantId::parse(&r.tenant_id).map_err(corrupt)?,
+                        day: day(&r.day)?,
+                        kind: UsageKind::parse(&r.kind)?,
+                        name: r.name,
+                        calls: count(r.calls),
+                        tokens_in: tokens(r.tokens_in)?,
+                        tokens_out: tokens(r.tokens_out)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn spending(
+        &self,
+        today: NaiveDate,
+        month_start: NaiveDate,
+    ) -> Result<Vec<TenantSpend>, StoreError> {
+        self.timed("admin_spending", async {
+            let rows: Vec<SpendRow> = sqlx::query_as(
+                "SELECT tenant_id, \
+                 CAST(coalesce(sum(CASE WHEN day = $1 THEN tokens_in + tokens_out ELSE 0 END), 0) \
+                 AS BIGINT) AS today, \
+                 CAST(coalesce(sum(tokens_in + tokens_out), 0) AS BIGINT) AS this_month \
+                 FROM usage_daily WHERE day >= $2 \
+                 AND kind IN ('branch_call', 'outside_call', 'model') \
+                 AND tenant_id IN (SELECT tenant_id FROM tenant_settings) GROUP BY tenant_id",
+            )
+            .bind(today.to_string())
+            .bind(month_start.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|r| {
+                    Ok(TenantSpend {
+                        tenant: TenantId::parse(&r.tenant_id).map_err(corrupt)?,
+                        today: tokens(r.today)?,
+                        this_month: tokens(r.this_month)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// The statement that writes an audit entry.
+fn insert_audit<DB: Database>(
+    entry: &AuditEntry,
+) -> sqlx::query::Query<'_, DB, <DB as Database>::Arguments>
+where
+    Uuid: Param<DB>,
+    Ts: Param<DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    String: Param<DB>,
+{
+    sqlx::query(
+        "INSERT INTO audit_log (id, at, actor_tenant, actor_sub, tenant_id, action, target, \
+         detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(entry.id)
+    .bind(Ts(entry.at))
+    .bind(entry.actor.tenant.as_str())
+    .bind(entry.actor.subject.as_str())
+    .bind(entry.tenant.as_ref().map(TenantId::as_str))
+    .bind(entry.action.as_str())
+    .bind(entry.target.as_str())
+    .bind(entry.detail.to_string())
 }
