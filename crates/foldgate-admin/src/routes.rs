@@ -35,10 +35,6 @@ fn page_size(limit: Option<u32>) -> Result<u32, AdminError> {
     }
 }
 
-pub(crate) fn midnight(now: DateTime<Utc>) -> DateTime<Utc> {
-    now.date_naive().and_hms_opt(0, 0, 0).map_or(now, |t| t.and_utc())
-}
-
 /// Tenants with their open sessions, active branches and tokens today. A
 /// tenant admin sees its own tenant only.
 #[utoipa::path(
@@ -52,8 +48,8 @@ pub async fn tenants(
     State(state): State<AdminState>,
     operator: Operator,
 ) -> Result<Json<TenantList>, AdminError> {
-    let since = midnight(state.service.clock().now());
-    let tenants = state.service.store().tenants(operator.only_tenant(), since).await?;
+    let today = state.service.clock().now().date_naive();
+    let tenants = state.service.store().tenants(operator.only_tenant(), today).await?;
     Ok(Json(TenantList { tenants: tenants.into_iter().map(TenantView::from).collect() }))
 }
 

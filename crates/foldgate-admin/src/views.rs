@@ -16,9 +16,10 @@ pub struct TenantView {
     pub tenant: String,
     pub open_sessions: u64,
     pub active_branches: u64,
-    /// Tokens through the gateway since midnight UTC: upstream calls inside
-    /// branches (arguments and results) and what model providers billed for
-    /// gateway-run branches.
+    /// Tokens spent today (UTC), as quotas count them: upstream calls inside
+    /// and outside branches (arguments and results) and what model providers
+    /// billed for gateway-run branches; as written by every replica, each
+    /// every second or so.
     pub tokens_today: u64,
 }
 
@@ -28,7 +29,7 @@ impl From<TenantOverview> for TenantView {
             tenant: t.tenant.to_string(),
             open_sessions: t.open_sessions,
             active_branches: t.active_branches,
-            tokens_today: t.tokens_since,
+            tokens_today: t.tokens_today,
         }
     }
 }

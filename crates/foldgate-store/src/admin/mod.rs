@@ -33,11 +33,12 @@ use crate::{
 #[async_trait]
 pub trait AdminStore {
     /// Every tenant that ever had a branch (or only `only`), with its open
-    /// sessions, active branches, and the tokens it spent since `since`.
+    /// sessions, active branches, and the tokens it spent on `today`, as
+    /// written to the daily usage.
     async fn tenants(
         &self,
         only: Option<&TenantId>,
-        since: DateTime<Utc>,
+        today: NaiveDate,
     ) -> Result<Vec<TenantOverview>, StoreError>;
 
     /// A page of a tenant's sessions, newest first.
@@ -116,7 +117,7 @@ where
     async fn tenants(
         &self,
         only: Option<&TenantId>,
-        since: DateTime<Utc>,
+        today: NaiveDate,
     ) -> Result<Vec<TenantOverview>, StoreError> {
         self.timed("admin_tenants", async {
             // The active-branch counters hold a row for every tenant that
@@ -125,17 +126,14 @@ where
                 "SELECT u.tenant_id, CAST(sum(u.active_branches) AS BIGINT) AS active_branches, \
                  (SELECT count(*) FROM sessions AS s \
                   WHERE s.tenant_id = u.tenant_id AND s.status = 'open') AS open_sessions, \
-                 (SELECT CAST(coalesce(sum(c.tokens_in + c.tokens_out), 0) AS BIGINT) \
-                  FROM branch_calls AS c \
-                  WHERE c.tenant_id = u.tenant_id AND c.called_at >= $2) AS call_tokens, \
-                 (SELECT CAST(coalesce(sum(r.input_tokens + r.output_tokens), 0) AS BIGINT) \
-                  FROM run_steps AS r WHERE r.tenant_id = u.tenant_id AND r.at >= $2) \
-                  AS model_tokens \
+                 (SELECT CAST(coalesce(sum(d.tokens_in + d.tokens_out), 0) AS BIGINT) \
+                  FROM usage_daily AS d WHERE d.tenant_id = u.tenant_id AND d.day = $2 \
+                  AND d.kind <> 'return') AS tokens_today \
                  FROM tenant_usage AS u WHERE ($1 IS NULL OR u.tenant_id = $1) \
                  GROUP BY u.tenant_id ORDER BY u.tenant_id",
             )
             .bind(only.map(TenantId::as_str))
-            .bind(Ts(since))
+            .bind(today.to_string())
             .fetch_all(&self.pool)
             .await?;
             rows.into_iter()
@@ -144,8 +142,7 @@ where
                         tenant: TenantId::parse(&r.tenant_id).map_err(corrupt)?,
                         open_sessions: count(r.open_sessions),
                         active_branches: count(r.active_branches),
-                        tokens_since: tokens(r.call_tokens)?
-                            .saturating_add(tokens(r.model_tokens)?),
+                        tokens_today: tokens(r.tokens_today)?,
                     })
                 })
                 .collect()

@@ -19,10 +19,10 @@ pub struct TenantOverview {
     pub tenant: TenantId,
     pub open_sessions: u64,
     pub active_branches: u64,
-    /// Tokens that went through the gateway for the tenant since the
-    /// instant asked for: upstream calls inside branches (arguments and
+    /// Tokens the tenant spent on the day asked for, as its quotas count
+    /// them: upstream calls inside and outside branches (arguments and
     /// results) and what model providers billed for gateway-run branches.
-    pub tokens_since: Tokens,
+    pub tokens_today: Tokens,
 }
 
 /// Which of a tenant's sessions to list, newest first.
@@ -158,8 +158,7 @@ pub(super) struct TenantRow {
     pub tenant_id: String,
     pub active_branches: i64,
     pub open_sessions: i64,
-    pub call_tokens: i64,
-    pub model_tokens: i64,
+    pub tokens_today: i64,
 }
 
 #[derive(Debug, sqlx::FromRow)]

@@ -75,16 +75,28 @@ async fn admin_reads_see_one_tenant_at_a_time(backend: Backend) {
     call(&*store, "acme", s2, (100, 200), 100).await;
     call(&*store, "globex", other, (1, 1), 100).await;
 
-    // Tokens since an instant count the calls made from then on.
-    let tenants = store.tenants(None, at(50)).await.unwrap();
+    // Tokens today are the day's usage as written, returns left out.
+    let today = at(0).date_naive();
+    let yesterday = today.pred_opt().unwrap();
+    let day = |d: chrono::NaiveDate| d.to_string();
+    store
+        .add_usage(&[
+            line("acme", &day(today), UsageKind::BranchCall, "files", (100, 200)),
+            line("acme", &day(today), UsageKind::Return, "", (5000, 50)),
+            line("acme", &day(yesterday), UsageKind::OutsideCall, "files", (30, 0)),
+            line("globex", &day(today), UsageKind::Model, "gpt", (1, 1)),
+        ])
+        .await
+        .unwrap();
+    let tenants = store.tenants(None, today).await.unwrap();
     let seen: Vec<_> = tenants
         .iter()
-        .map(|t| (t.tenant.as_str(), t.open_sessions, t.active_branches, t.tokens_since))
+        .map(|t| (t.tenant.as_str(), t.open_sessions, t.active_branches, t.tokens_today))
         .collect();
     assert_eq!(seen, [("acme", 3, 4, 300), ("globex", 1, 1, 2)]);
-    let early = store.tenants(Some(&acme), at(0)).await.unwrap();
+    let early = store.tenants(Some(&acme), yesterday).await.unwrap();
     assert_eq!(early.len(), 1, "only the tenant asked for");
-    assert_eq!(early[0].tokens_since, 330);
+    assert_eq!(early[0].tokens_today, 30);
 
     // Newest first, two at a time, each page after the last one's cursor.
     let first = SessionPage { open_only: true, limit: 2, after: None };
