@@ -67,3 +67,8 @@ CREATE TABLE usage_daily (
     tokens_out BIGINT NOT NULL CHECK (tokens_out >= 0),
     PRIMARY KEY (tenant_id, day, kind, name)
 );
+
+-- Retention deletes what ended long ago, oldest first: depth-1 branches by
+-- when they ended (each with its tree), and ended sessions.
+CREATE INDEX branches_ended_roots ON branches (completed_at) WHERE parent_id IS NULL;
+CREATE INDEX sessions_ended ON sessions (ended_at) WHERE status = 'ended';

@@ -67,6 +67,8 @@ CREATE INDEX branches_by_parent ON branches (parent_id) WHERE status = 'active';
 CREATE INDEX branches_due ON branches (deadline_at) WHERE status = 'active';
 CREATE INDEX branches_exhausted ON branches (exhausted_at) WHERE status = 'active' AND exhausted_at IS NOT NULL;
 CREATE INDEX branches_extract ON branches (completed_at) WHERE extract = 'pending';
+CREATE INDEX branches_ended_roots ON branches (completed_at) WHERE parent_id IS NULL;
+CREATE INDEX sessions_ended ON sessions (ended_at) WHERE status = 'ended';
 
 CREATE TABLE audit_log (
     id           BLOB PRIMARY KEY,

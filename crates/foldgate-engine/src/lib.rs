@@ -12,6 +12,7 @@ mod config;
 mod error;
 mod memory;
 mod metrics;
+mod retention;
 mod scrub;
 mod service;
 pub mod supervisor;
@@ -30,6 +31,7 @@ pub use memory::{
     MemoryUses, RRF_K, RecordMemory, Screen, ScreenSetupError, reciprocal_rank_fusion,
 };
 pub use metrics::{EngineMetrics, StoreGauges};
+pub use retention::{Pruned, RetentionConfig};
 pub use scrub::{
     INLINE_TEXT_BYTES, ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber,
     scrubber_from_config,

@@ -19,7 +19,7 @@ use foldgate_background::{
 use foldgate_domain::{BranchId, EndReason};
 use serde_json::json;
 
-use crate::{FoldError, FoldingService, SupervisorConfig};
+use crate::{FoldError, FoldingService, RetentionConfig, SupervisorConfig};
 
 /// What one activation of a reconciler did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -213,6 +213,38 @@ impl Pass {
 /// idle sessions (every `idle_poll_interval`). Their first passes run when
 /// the driver starts, recovering whatever fell due while no process was
 /// running; at shutdown they stop after their current pass.
+/// Deletes what ended long ago ([`FoldingService::prune`]), every
+/// `interval_seconds` and once at start.
+#[derive(Debug)]
+pub struct RetentionReconciler {
+    service: Arc<FoldingService>,
+    config: RetentionConfig,
+}
+
+impl BackgroundTask for RetentionReconciler {
+    fn activate(&mut self) -> BoxFuture<'_, Activation> {
+        Box::pin(async move {
+            match self.service.prune(&self.config).await {
+                Ok(pruned) => Activation::ok(json!(pruned)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a retention pass failed; the next one goes on");
+                    Activation::failed(e, json!({}))
+                }
+            }
+        })
+    }
+}
+
+/// Registers the retention reconciler.
+pub fn register_retention(
+    driver: &mut Driver,
+    service: Arc<FoldingService>,
+    config: RetentionConfig,
+) {
+    let def = TaskDef::new("retention", StopOrder::SUPERVISOR).period(config.interval());
+    driver.register(def, RetentionReconciler { service, config });
+}
+
 pub fn register(driver: &mut Driver, service: Arc<FoldingService>, config: SupervisorConfig) {
     let deadlines = TaskDef::new("deadlines", StopOrder::SUPERVISOR)
         .period(config.deadline_poll_interval)

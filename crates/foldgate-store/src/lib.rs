@@ -25,6 +25,7 @@ mod metrics;
 mod ops;
 mod pg_fold;
 mod postgres;
+mod prune;
 mod record;
 mod requests;
 mod run_queries;
@@ -51,6 +52,7 @@ pub use memory::{
     MemoryVectors, NewMemory, Ranked, TenantScope, VectorsVersion,
 };
 pub use postgres::{PgStore, Postgres};
+pub use prune::{Prune, PrunedTrees};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
     ParentChoice, TreeEnd,

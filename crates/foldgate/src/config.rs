@@ -14,7 +14,7 @@ use foldgate_api::{
     upstream::{UpstreamConfig, expand_env},
 };
 use foldgate_domain::ConfigError;
-use foldgate_engine::{FoldingConfig, MemoryConfig, SupervisorConfig};
+use foldgate_engine::{FoldingConfig, MemoryConfig, RetentionConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
 use foldgate_telemetry::TelemetryConfig;
@@ -70,6 +70,8 @@ pub struct Config {
     pub api: ApiConfig,
     pub folding: FoldingConfig,
     pub supervisor: SupervisorConfig,
+    /// How long what has ended is kept (`[retention]`).
+    pub retention: RetentionConfig,
     pub scrub: ScrubConfig,
     /// Log format and metric collection (`[telemetry]`); where telemetry is
     /// exported is set by the standard `OTEL_*` variables.
@@ -99,6 +101,7 @@ impl Default for Config {
             api: ApiConfig::default(),
             folding: FoldingConfig::default(),
             supervisor: SupervisorConfig::default(),
+            retention: RetentionConfig::default(),
             scrub: ScrubConfig::default(),
             telemetry: TelemetryConfig::default(),
             upstreams: Vec::new(),
@@ -179,6 +182,7 @@ impl Config {
         section("api", self.api.validate())?;
         section("folding", self.folding.validate())?;
         section("supervisor", self.supervisor.validate())?;
+        section("retention", self.retention.validate())?;
         section("telemetry", self.telemetry.validate())?;
         section("runner", self.runner.validate())?;
         section("memory", self.memory.validate())?;

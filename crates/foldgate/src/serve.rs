@@ -196,6 +196,7 @@ pub async fn start(
         config.telemetry.store_poll_interval,
     );
     supervisor::register(&mut driver, Arc::clone(&service), config.supervisor.clone());
+    supervisor::register_retention(&mut driver, Arc::clone(&service), config.retention.clone());
 
     let app = foldgate_api::router(
         Gateway {

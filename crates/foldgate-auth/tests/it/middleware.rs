@@ -121,7 +121,14 @@ async fn auth_none_is_the_local_principal() {
         assert_eq!(body["sub"], "anonymous", "{why}");
         assert_eq!(
             body["scopes"],
-            json!(["fold:read", "fold:write", "memory:read", "memory:write"]),
+            json!([
+                "fold:read",
+                "fold:write",
+                "foldgate:admin",
+                "memory:read",
+                "memory:write",
+                "tenant:admin"
+            ]),
             "{why}"
         );
     }

@@ -17,6 +17,8 @@ use foldgate_testkit::{Backend, TestDb, on_both_backends};
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::Pool;
+
 fn t0() -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000).unwrap()
 }
@@ -225,8 +227,115 @@ async fn settings_and_usage_add_up_per_tenant_and_day(backend: Backend) {
     db.cleanup().await;
 }
 
+/// Runs `query` with `$1` the instant `at(seconds)`, as the store writes
+/// instants (SQLite: fixed-width text in UTC), and `$2` `text`.
+async fn run_at(pool: &Pool, query: &str, seconds: i64, text: Option<&str>) {
+    let instant = at(seconds);
+    match pool {
+        Pool::Postgres(p) => {
+            sqlx::query(sqlx::AssertSqlSafe(query.to_owned()))
+                .bind(instant)
+                .bind(text)
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        Pool::Sqlite(p) => {
+            let stamp = instant.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            sqlx::query(sqlx::AssertSqlSafe(query.to_owned()))
+                .bind(stamp)
+                .bind(text)
+                .execute(p)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Ends `id` at `at(seconds)` directly: what retention sees of an old tree.
+async fn end_at(pool: &Pool, id: BranchId, seconds: i64, extract: Option<&str>) {
+    let query = format!(
+        "UPDATE branches SET status = 'completed', completed_at = $1, extract = $2 \
+         WHERE id = {}",
+        match pool {
+            Pool::Postgres(_) => format!("'{}'", id.as_uuid()),
+            Pool::Sqlite(_) => format!("X'{}'", id.as_uuid().simple()),
+        }
+    );
+    run_at(pool, &query, seconds, extract).await;
+}
+
+async fn retention_deletes_whole_old_trees_in_batches(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.connect().await;
+    let pool = Pool::connect(&db).await;
+    let acme = TenantId::parse("acme").unwrap();
+    let old_root = branch(&*store, "acme", "old", 0).await;
+    let old_child = branch(&*store, "acme", "old", 1).await;
+    call(&*store, "acme", old_child, (5, 5), 2).await;
+    let older_root = branch(&*store, "acme", "older", 0).await;
+    let pending = branch(&*store, "acme", "pending", 0).await;
+    let recent = branch(&*store, "acme", "recent", 0).await;
+    let active = branch(&*store, "acme", "active", 0).await;
+    end_at(&pool, old_child, 3600, None).await;
+    end_at(&pool, old_root, 3600, None).await;
+    end_at(&pool, older_root, 1800, None).await;
+    end_at(&pool, pending, 3600, Some("pending")).await;
+    end_at(&pool, recent, 10 * 86_400, None).await;
+    let cutoff = at(2 * 86_400);
+
+    // Oldest first, one tree a batch, with its descendants and calls.
+    let first = store.prune_trees(cutoff, 1).await.unwrap();
+    assert_eq!((first.trees, first.branches, first.calls), (1, 1, 0), "the older tree");
+    assert!(store.branch(&acme, older_root).await.unwrap().is_none());
+    let second = store.prune_trees(cutoff, 1).await.unwrap();
+    assert_eq!((second.branches, second.calls), (2, 1), "the old tree, child and call");
+    assert!(store.branch(&acme, old_child).await.unwrap().is_none());
+    let none = store.prune_trees(cutoff, 10).await.unwrap();
+    assert_eq!(none.branches, 0, "a queued lesson, a recent tree and an active one stay");
+    for kept in [pending, recent, active] {
+        assert!(store.branch(&acme, kept).await.unwrap().is_some());
+    }
+
+    // A session goes once it ended and has no branch left.
+    let end_session = "UPDATE sessions SET status = 'ended', ended_at = $1 WHERE session_id = $2";
+    for session in ["old", "older", "recent"] {
+        run_at(&pool, end_session, 3600, Some(session)).await;
+    }
+    assert_eq!(store.prune_sessions(cutoff, 10).await.unwrap(), 2, "old and older");
+    let recent_session = SessionId::parse("recent").unwrap();
+    assert!(store.session(&acme, &recent_session).await.unwrap().is_some(), "it has a branch");
+
+    // Audit entries and daily usage by age.
+    let actor = Principal::new(acme.clone(), Subject::parse("root").unwrap());
+    for seconds in [0, 10 * 86_400] {
+        let entry = AuditEntry {
+            id: Uuid::now_v7(),
+            at: at(seconds),
+            actor: actor.clone(),
+            tenant: None,
+            action: "session.end".into(),
+            target: "x".into(),
+            detail: json!({}),
+        };
+        store.record_audit(&entry).await.unwrap();
+    }
+    assert_eq!(store.prune_audit(cutoff, 10).await.unwrap(), 1);
+    let day = |seconds: i64| at(seconds).date_naive().to_string();
+    let lines = [
+        line("acme", &day(0), UsageKind::BranchCall, "files", (1, 1)),
+        line("acme", &day(10 * 86_400), UsageKind::BranchCall, "files", (1, 1)),
+    ];
+    store.add_usage(&lines).await.unwrap();
+    assert_eq!(store.prune_usage(cutoff.date_naive(), 10).await.unwrap(), 1);
+    store.close().await;
+    with_pool!(&pool, |p| p.close().await);
+    db.cleanup().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    retention_deletes_whole_old_trees_in_batches,
     admin_reads_see_one_tenant_at_a_time,
     the_audit_log_reads_newest_first,
     settings_and_usage_add_up_per_tenant_and_day

@@ -13,6 +13,8 @@ use foldgate_domain::{
 };
 use foldgate_store::{CallOutcome, CallRecord, CreateRules, NewBranch, ParentChoice, Store};
 use foldgate_testkit::{Backend, TestDb, on_both_backends};
+
+use crate::Pool;
 use proptest::{
     prelude::*,
     test_runner::{Config, TestCaseError, TestRunner},
@@ -93,22 +95,6 @@ fn case() -> impl Strategy<Value = Case> {
                 after: Duration::from_millis(after_ms),
             },
         )
-}
-
-/// A pool onto the test database, to set up and read rows directly.
-enum Pool {
-    Postgres(sqlx::PgPool),
-    Sqlite(sqlx::SqlitePool),
-}
-
-/// Runs `$body` with `$pool` bound to whichever pool it is.
-macro_rules! with_pool {
-    ($pool:expr, |$p:ident| $body:expr) => {
-        match $pool {
-            Pool::Postgres($p) => $body,
-            Pool::Sqlite($p) => $body,
-        }
-    };
 }
 
 /// One branch, charged case after case: each case first sets the

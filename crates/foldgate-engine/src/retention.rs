@@ -1,0 +1,144 @@
+//! Retention: the reconciler that deletes what ended long ago, in bounded
+//! batches, so that the database stops growing without stalling folding.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{FoldError, FoldingService};
+
+/// How long what has ended is kept (`[retention]`); `0` keeps it forever.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Days an ended branch tree is kept (from when its depth-1 branch
+    /// ended), with its call traces, run and steps.
+    pub branches_days: u32,
+    /// Days an ended session with no branch left is kept.
+    pub sessions_days: u32,
+    /// Days an audit entry is kept.
+    pub audit_days: u32,
+    /// Days of daily usage kept (the usage reports' source).
+    pub usage_days: u32,
+    /// Rows (for branches: trees) deleted per statement.
+    pub batch_size: u32,
+    /// Most batches of each kind per pass; the rest waits for the next.
+    pub max_batches: u32,
+    /// Seconds between two passes.
+    pub interval_seconds: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            branches_days: 30,
+            sessions_days: 30,
+            audit_days: 365,
+            usage_days: 0,
+            batch_size: 500,
+            max_batches: 200,
+            interval_seconds: 300,
+        }
+    }
+}
+
+impl RetentionConfig {
+    pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
+        if !(1..=10_000).contains(&self.batch_size) {
+            return Err("retention batch_size must be between 1 and 10000".into());
+        }
+        if self.max_batches == 0 {
+            return Err("retention max_batches must be at least 1".into());
+        }
+        if !(1..=86_400).contains(&self.interval_seconds) {
+            return Err("retention interval_seconds must be between 1 and 86400".into());
+        }
+        Ok(())
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs(self.interval_seconds)
+    }
+}
+
+/// A pause between two batches, so that the folding path's transactions
+/// (on SQLite, its one writer) get the database in between.
+const PAUSE: Duration = Duration::from_millis(20);
+
+/// What one pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub trees: u64,
+    pub branches: u64,
+    pub calls: u64,
+    pub runs: u64,
+    pub steps: u64,
+    pub sessions: u64,
+    pub audit_entries: u64,
+    pub usage_lines: u64,
+}
+
+fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
+    (days > 0).then(|| now - chrono::Duration::days(i64::from(days)))
+}
+
+impl FoldingService {
+    /// One retention pass: each kind batch by batch, oldest first, until
+    /// a batch comes back short or `max_batches` ran.
+    pub async fn prune(&self, config: &RetentionConfig) -> Result<Pruned, FoldError> {
+        let store = self.store();
+        let now = self.clock().now();
+        let batch = config.batch_size;
+        let full = |n: u64| n >= u64::from(batch);
+        let mut pruned = Pruned::default();
+        if let Some(before) = cutoff(now, config.branches_days) {
+            for _ in 0..config.max_batches {
+                let trees = store.prune_trees(before, batch).await?;
+                pruned.trees += trees.trees;
+                pruned.branches += trees.branches;
+                pruned.calls += trees.calls;
+                pruned.runs += trees.runs;
+                pruned.steps += trees.steps;
+                if !full(trees.trees) {
+                    break;
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+        if let Some(before) = cutoff(now, config.sessions_days) {
+            for _ in 0..config.max_batches {
+                let sessions = store.prune_sessions(before, batch).await?;
+                pruned.sessions += sessions;
+                if !full(sessions) {
+                    break;
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+        if let Some(before) = cutoff(now, config.audit_days) {
+            for _ in 0..config.max_batches {
+                let entries = store.prune_audit(before, batch).await?;
+                pruned.audit_entries += entries;
+                if !full(entries) {
+                    break;
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+        if let Some(before) = cutoff(now, config.usage_days) {
+            for _ in 0..config.max_batches {
+                let lines = store.prune_usage(before.date_naive(), batch).await?;
+                pruned.usage_lines += lines;
+                if !full(lines) {
+                    break;
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+        if pruned != Pruned::default() {
+            tracing::info!(?pruned, "retention deleted what ended long ago");
+        }
+        Ok(pruned)
+    }
+}
