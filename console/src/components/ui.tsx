@@ -1,7 +1,7 @@
 // Small pieces every page uses.
 
 import type { ComponentChildren } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
 import type { ApiError, Budget } from "../api";
 import { followLink } from "../router";
@@ -82,7 +82,8 @@ export function ConfirmButton(props: {
   const cancel = useRef<HTMLButtonElement>(null);
   const returnFocus = useRef(false);
 
-  useEffect(() => {
+  // Before the browser paints: the focused button was just replaced.
+  useLayoutEffect(() => {
     if (stage === "asking") cancel.current?.focus();
     if (stage === "idle" && returnFocus.current) {
       returnFocus.current = false;
