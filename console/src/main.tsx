@@ -17,7 +17,7 @@ import { Session } from "./pages/Session";
 import { Sessions } from "./pages/Sessions";
 import { SignIn, refusal } from "./pages/SignIn";
 import { Tenants } from "./pages/Tenants";
-import { href, useLocation } from "./router";
+import { href, noteMove, useLocation } from "./router";
 
 const PAGES: Record<string, FunctionComponent<PageProps>> = {
   "": Tenants,
@@ -56,6 +56,7 @@ function App() {
           message={message}
           onSignIn={(value) => {
             saveToken(value);
+            noteMove();
             setMessage(undefined);
             setToken(value);
           }}

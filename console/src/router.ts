@@ -24,6 +24,21 @@ function current(): Location {
 
 const listeners = new Set<() => void>();
 
+/**
+ * Whether the operator has moved within the console (a link, back or
+ * forward, signing in or out) since the page loaded: headings take the
+ * focus then, not on the first load.
+ */
+let moved = false;
+
+export function noteMove(): void {
+  moved = true;
+}
+
+export function hasMoved(): boolean {
+  return moved;
+}
+
 /** The URL of a page. */
 export function href(
   page: string,
@@ -40,6 +55,7 @@ export function href(
 export function navigate(url: string, replace = false): void {
   if (replace) window.history.replaceState(null, "", url);
   else window.history.pushState(null, "", url);
+  moved = true;
   for (const listener of listeners) listener();
 }
 
@@ -47,11 +63,15 @@ export function useLocation(): Location {
   const [location, setLocation] = useState(current);
   useEffect(() => {
     const update = () => setLocation(current());
+    const popped = () => {
+      moved = true;
+      update();
+    };
     listeners.add(update);
-    window.addEventListener("popstate", update);
+    window.addEventListener("popstate", popped);
     return () => {
       listeners.delete(update);
-      window.removeEventListener("popstate", update);
+      window.removeEventListener("popstate", popped);
     };
   }, []);
   return location;

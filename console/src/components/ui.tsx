@@ -154,8 +154,18 @@ export function Notice(props: { notice: { text: string; error: boolean; id: numb
 }
 
 /** Says when the data shown was read, and that it refreshes. */
-export function Freshness(props: { updatedAt: number | undefined; periodMs: number }) {
-  if (!props.updatedAt) return <span class="freshness">Loading…</span>;
+export function Freshness(props: {
+  updatedAt: number | undefined;
+  periodMs: number;
+  failing?: boolean;
+}) {
+  if (!props.updatedAt) {
+    return (
+      <span class="freshness">
+        {props.failing ? `Trying again every ${props.periodMs / 1000} s` : "Loading…"}
+      </span>
+    );
+  }
   const time = new Date(props.updatedAt).toLocaleTimeString("en-GB", { hour12: false });
   return (
     <span class="freshness">

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 
-import { admin } from "../api";
+import { admin, type AuditEntry } from "../api";
 import { ErrorNote, Freshness, Link } from "../components/ui";
 import { usePoll } from "../poll";
 import { href, navigate } from "../router";
@@ -17,6 +17,19 @@ function detailText(detail: unknown): string {
       .join(", ");
   }
   return JSON.stringify(detail);
+}
+
+/** The changed branch or session, linked to its session when it has one. */
+function Target({ entry }: { entry: AuditEntry }) {
+  const detail = (entry.detail ?? {}) as { session_id?: unknown };
+  if (entry.tenant && entry.action.startsWith("session.")) {
+    return <Link href={href("session", { tenant: entry.tenant, id: entry.target })}>{entry.target}</Link>;
+  }
+  if (entry.tenant && entry.action.startsWith("branch.") && typeof detail.session_id === "string") {
+    const to = href("session", { tenant: entry.tenant, id: detail.session_id, branch: entry.target });
+    return <Link href={to}>{entry.target}</Link>;
+  }
+  return <>{entry.target}</>;
 }
 
 export function Audit({ token, identity, location }: PageProps) {
@@ -36,7 +49,7 @@ export function Audit({ token, identity, location }: PageProps) {
   return (
     <>
       <PageHeading title={tenant ? <>Audit log of {tenant}</> : "Audit log"}>
-        <Freshness updatedAt={audit.updatedAt} periodMs={PERIOD} />
+        <Freshness updatedAt={audit.updatedAt} periodMs={PERIOD} failing={Boolean(audit.error)} />
       </PageHeading>
       <p class="muted">Changes made through the admin API, newest first.</p>
       {deployment ? (
@@ -93,7 +106,9 @@ export function Audit({ token, identity, location }: PageProps) {
                   <td>
                     <code>{e.action}</code>
                   </td>
-                  <td class="mono wrap">{e.target}</td>
+                  <td class="mono wrap">
+                    <Target entry={e} />
+                  </td>
                   <td class="wrap">{detailText(e.detail)}</td>
                 </tr>
               ))}

@@ -304,7 +304,7 @@ export function Session({ token, location }: PageProps) {
         <span aria-hidden="true">›</span> session
       </nav>
       <PageHeading title={<>Session <span class="mono">{id}</span></>}>
-        <Freshness updatedAt={session.updatedAt} periodMs={PERIOD} />
+        <Freshness updatedAt={session.updatedAt} periodMs={PERIOD} failing={Boolean(session.error)} />
       </PageHeading>
       <ErrorNote error={session.error} context="Could not read the session" />
       {detail ? (

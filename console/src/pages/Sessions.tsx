@@ -31,7 +31,7 @@ export function Sessions({ token, location }: PageProps) {
         <Link href={href("")}>Tenants</Link> <span aria-hidden="true">›</span> {tenant}
       </nav>
       <PageHeading title={<>Sessions of {tenant}</>}>
-        <Freshness updatedAt={sessions.updatedAt} periodMs={PERIOD} />
+        <Freshness updatedAt={sessions.updatedAt} periodMs={PERIOD} failing={Boolean(sessions.error)} />
       </PageHeading>
       <div class="toolbar">
         <label>

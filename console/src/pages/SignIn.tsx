@@ -23,8 +23,8 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
   const [token, setToken] = useState("");
   const [error, setError] = useState<string | undefined>(props.message);
   const [busy, setBusy] = useState(false);
-  const heading = useRef<HTMLHeadingElement>(null);
-  useEffect(() => heading.current?.focus(), []);
+  const field = useRef<HTMLTextAreaElement>(null);
+  useEffect(() => field.current?.focus(), []);
 
   const submit = async (event: Event) => {
     event.preventDefault();
@@ -47,9 +47,7 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
 
   return (
     <main id="main" class="signin">
-      <h1 ref={heading} tabIndex={-1}>
-        Sign in to the foldgate console
-      </h1>
+      <h1>Sign in to the foldgate console</h1>
       <form onSubmit={submit} class="panel">
         <label for="token">Admin bearer token</label>
         <p class="hint" id="token-hint">
@@ -58,6 +56,7 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
           when the tab closes or you sign out.
         </p>
         <textarea
+          ref={field}
           id="token"
           name="token"
           rows={4}

@@ -14,15 +14,15 @@ export function Tenants({ token }: PageProps) {
   return (
     <>
       <PageHeading title="Tenants">
-        <Freshness updatedAt={tenants.updatedAt} periodMs={PERIOD} />
+        <Freshness updatedAt={tenants.updatedAt} periodMs={PERIOD} failing={Boolean(tenants.error)} />
       </PageHeading>
       <ErrorNote error={tenants.error} context="Could not read the tenants" />
       {list && list.length === 0 ? (
         <p class="empty">No tenant has had a branch yet.</p>
       ) : null}
       {list && list.length > 0 ? (
-        <div class="table-wrap">
-          <table>
+        <div class="table-wrap compact">
+          <table class="compact">
             <caption class="visually-hidden">Tenants with their activity</caption>
             <thead>
               <tr>

@@ -4,7 +4,7 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useRef } from "preact/hooks";
 
 import type { Identity } from "../auth";
-import type { Location } from "../router";
+import { BASE, hasMoved, type Location } from "../router";
 
 export interface PageProps {
   token: string;
@@ -19,10 +19,7 @@ export interface PageProps {
 export function PageHeading(props: { title: ComponentChildren; children?: ComponentChildren }) {
   const ref = useRef<HTMLHeadingElement>(null);
   useEffect(() => {
-    const active = document.activeElement;
-    if (!active || active === document.body || !active.isConnected || active.tagName === "A") {
-      ref.current?.focus({ preventScroll: true });
-    }
+    if (hasMoved()) ref.current?.focus({ preventScroll: true });
   }, []);
   return (
     <div class="page-head">
@@ -37,8 +34,11 @@ export function PageHeading(props: { title: ComponentChildren; children?: Compon
 /** Where the path leads nowhere. */
 export function NotFound() {
   return (
-    <PageHeading title="No such page">
-      <span>This console has no page here.</span>
-    </PageHeading>
+    <>
+      <PageHeading title="No such page" />
+      <p>
+        This console has no page here. <a href={BASE}>Go to the tenants.</a>
+      </p>
+    </>
   );
 }
