@@ -170,8 +170,6 @@ fn content_type(path: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::unwrap_used, reason = "tests")]
-
     use axum::{body::to_bytes, http::Request};
     use tower::ServiceExt;
 
