@@ -139,6 +139,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     Ok(Router::new()
         .route_service("/mcp", mcp_layers.service(mcp))
         .nest(foldgate_admin::PREFIX, admin)
+        .merge(foldgate_console::router())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/.well-known/oauth-protected-resource", metadata_route.clone())

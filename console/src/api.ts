@@ -1,0 +1,203 @@
+// The admin API (/admin/v1), as the console uses it. The shapes follow
+// crates/foldgate-admin/src/views.rs; GET /admin/v1/openapi.json describes
+// them in full.
+
+import { noteServerDate } from "./time";
+
+export const API = "/admin/v1";
+
+export interface Budget {
+  total: number;
+  used: number;
+  reserved: number;
+}
+
+export interface Tenant {
+  tenant: string;
+  open_sessions: number;
+  active_branches: number;
+  tokens_today: number;
+}
+
+export interface SessionView {
+  session_id: string;
+  owner: string;
+  status: string;
+  budget: Budget;
+  created_at: string;
+  last_activity_at: string;
+  ended_at: string | null;
+}
+
+export interface SessionSummary extends SessionView {
+  branches: number;
+  active_branches: number;
+}
+
+export interface ModelUsage {
+  model: string;
+  calls: number;
+  input_tokens: number;
+  output_tokens: number;
+}
+
+export interface BranchNode {
+  branch_id: string;
+  kind: string;
+  status: string;
+  reason: string | null;
+  depth: number;
+  description: string;
+  budget: Budget;
+  created_at: string;
+  deadline_at: string;
+  completed_at: string | null;
+  calls: number;
+  call_tokens: number;
+  returned_tokens: number | null;
+  result: string | null;
+  model_usage: ModelUsage | null;
+  children: BranchNode[];
+}
+
+export interface SessionDetail extends SessionView {
+  branches: BranchNode[];
+}
+
+export interface SessionEnded {
+  session_id: string;
+  branches_ended: number;
+  session_ended: boolean;
+}
+
+export interface AuditEntry {
+  id: string;
+  at: string;
+  actor: { tenant: string; subject: string };
+  tenant: string | null;
+  action: string;
+  target: string;
+  detail: unknown;
+}
+
+/** A refusal or failure, with the API's stable code and message. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+
+  /** The message with its status and code, as shown to the operator. */
+  describe(): string {
+    return this.status === 0 ? this.message : `${this.message} (${this.status} ${this.code})`;
+  }
+}
+
+/** Told when the gateway refuses the token, so that the console signs out. */
+let onUnauthorized: (error: ApiError) => void = () => {};
+
+export function setUnauthorizedHandler(handler: (error: ApiError) => void): void {
+  onUnauthorized = handler;
+}
+
+async function errorOf(response: Response): Promise<ApiError> {
+  let code = "http_" + response.status;
+  let message = response.statusText || "request failed";
+  try {
+    const body: unknown = await response.json();
+    const error = (body as { error?: { code?: unknown; message?: unknown } })?.error;
+    if (typeof error?.code === "string") code = error.code;
+    if (typeof error?.message === "string") message = error.message;
+  } catch {
+    // Not the API's JSON: keep the HTTP status text.
+  }
+  return new ApiError(response.status, code, message);
+}
+
+/**
+ * Calls the admin API with the operator's token. `path` is relative to
+ * /admin/v1. A 401 or 403 after signing in means the token no longer
+ * serves (expired, or its keys rotated): the console signs out.
+ */
+export async function call<T>(
+  token: string,
+  method: "GET" | "POST",
+  path: string,
+  signal?: AbortSignal,
+): Promise<T> {
+  let response: Response;
+  try {
+    response = await fetch(API + path, {
+      method,
+      headers: { Authorization: `Bearer ${token}`, Accept: "application/json" },
+      cache: "no-store",
+      credentials: "omit",
+      signal,
+    });
+  } catch (e) {
+    if (e instanceof DOMException && e.name === "AbortError") throw e;
+    throw new ApiError(0, "network", "The gateway could not be reached.");
+  }
+  noteServerDate(response.headers.get("Date"));
+  if (!response.ok) {
+    const error = await errorOf(response);
+    if (error.status === 401 || error.status === 403) onUnauthorized(error);
+    throw error;
+  }
+  return (await response.json()) as T;
+}
+
+/** A query string from the values that are set. */
+export function query(params: Record<string, string | number | undefined | null>): string {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") search.set(name, String(value));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+export const seg = encodeURIComponent;
+
+export const admin = {
+  tenants: (token: string, signal?: AbortSignal) =>
+    call<{ tenants: Tenant[] }>(token, "GET", "/tenants", signal),
+  sessions: (
+    token: string,
+    tenant: string,
+    status: "open" | "all",
+    after: string | undefined,
+    signal?: AbortSignal,
+  ) =>
+    call<{ sessions: SessionSummary[]; next: string | null }>(
+      token,
+      "GET",
+      `/tenants/${seg(tenant)}/sessions${query({ status, after })}`,
+      signal,
+    ),
+  session: (token: string, tenant: string, id: string, signal?: AbortSignal) =>
+    call<SessionDetail>(token, "GET", `/tenants/${seg(tenant)}/sessions/${seg(id)}`, signal),
+  endBranch: (token: string, tenant: string, branch: string) =>
+    call<{ branch: BranchNode }>(
+      token,
+      "POST",
+      `/tenants/${seg(tenant)}/branches/${seg(branch)}/end`,
+    ),
+  endSession: (token: string, tenant: string, id: string) =>
+    call<SessionEnded>(token, "POST", `/tenants/${seg(tenant)}/sessions/${seg(id)}/end`),
+  audit: (
+    token: string,
+    tenant: string | undefined,
+    before: string | undefined,
+    signal?: AbortSignal,
+  ) =>
+    call<{ entries: AuditEntry[]; next: string | null }>(
+      token,
+      "GET",
+      `/audit${query({ tenant, before })}`,
+      signal,
+    ),
+};

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The web console (/console) in a headless browser against a real foldgate:
+#   1. the console build committed in crates/foldgate-console/assets is what `npm ci && npm run
+#      build` in console/ produces, byte for byte;
+#   2. `foldgate serve` on loopback (SQLite in a temporary directory, a known JWT secret) with
+#      Debian's Chromium driven by npm playwright-core (tests/console/console.test.mjs), while
+#      a plain JSON-RPC MCP client creates, returns and has branches ended under it.
+# Installs what it needs: Chromium with apt-get if /usr/bin/chromium is missing (Playwright never
+# downloads a browser), `npm ci` in console/ and tests/console. Screenshots of each step go to
+# target/console-screenshots/. Prints `N passed, N failed` last and exits non-zero on any failure.
+set -euo pipefail
+exec </dev/null
+cd "$(dirname "$0")/../.."
+
+ROOT=$(pwd)
+HERE="$ROOT/tests/console"
+SHOTS="$ROOT/target/console-screenshots"
+CHROMIUM=/usr/bin/chromium
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+export CARGO_TERM_COLOR=never
+
+log() { printf '\n== console: %s\n' "$*"; }
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL $*"; }
+
+PIDS=()
+TMPDIRS=()
+cleanup() {
+  local pid dir
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  for dir in "${TMPDIRS[@]}"; do
+    rm -rf "$dir"
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+}
+
+# foldgate runs with no FOLDGATE_* or DATABASE_URL from the caller's environment.
+clean_env=()
+while IFS= read -r name; do
+  case "$name" in FOLDGATE_* | DATABASE_URL) clean_env+=(-u "$name") ;; esac
+done < <(compgen -e)
+
+# --- prerequisites ----------------------------------------------------------------------
+log "prerequisites"
+command -v node >/dev/null || { echo "node is required (>= 20)"; exit 1; }
+command -v npm >/dev/null || { echo "npm is required"; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is required (to find free ports)"; exit 1; }
+if [ ! -x "$CHROMIUM" ]; then
+  echo "no $CHROMIUM: installing Debian's chromium"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+fi
+"$CHROMIUM" --version 2>/dev/null | grep -i chromium || { echo "$CHROMIUM does not run"; exit 1; }
+
+# --- 1. the committed build is reproducible ------------------------------------------------
+log "the committed console build is what console/ builds (npm ci && npm run build)"
+ASSETS=crates/foldgate-console/assets
+(cd "$ROOT/console" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build >/dev/null)
+if git diff --quiet --exit-code -- "$ASSETS" &&
+  [ -z "$(git status --porcelain --untracked-files=all -- "$ASSETS")" ]; then
+  pass "console build reproduces the committed $ASSETS"
+else
+  fail "console build differs from the committed $ASSETS (rebuild and commit it):"
+  git status --short --untracked-files=all -- "$ASSETS"
+fi
+
+# --- 2. the console in Chromium ----------------------------------------------------------
+log "npm ci in tests/console"
+(cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
+
+if [ -n "${FOLDGATE_BIN:-}" ]; then
+  FOLDGATE=$FOLDGATE_BIN
+else
+  log "cargo build -p foldgate"
+  cargo build -p foldgate
+  FOLDGATE="${CARGO_TARGET_DIR:-$ROOT/target}/debug/foldgate"
+fi
+[ -x "$FOLDGATE" ] || { echo "no foldgate binary at $FOLDGATE"; exit 1; }
+
+log "foldgate serve on loopback (SQLite)"
+read -r PORT OPS_PORT < <(free_ports 2)
+DIR=$(mktemp -d)
+TMPDIRS+=("$DIR")
+SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+(cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" "$FOLDGATE" serve \
+  --database-url "sqlite://$DIR/console.db" \
+  --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT" >"$DIR/stdout" 2>"$DIR/stderr") &
+PIDS+=($!)
+SERVER_PID=$!
+started=""
+for ((i = 0; i < 300; i++)); do
+  if grep -qE '^foldgate is serving MCP at ' "$DIR/stdout" 2>/dev/null; then
+    started=yes
+    break
+  fi
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.2
+done
+if [ -z "$started" ]; then
+  echo "foldgate did not start; its output:"
+  cat "$DIR/stdout" "$DIR/stderr" || true
+  fail "foldgate serve started"
+else
+  token() {
+    env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" FOLDGATE_LISTEN="127.0.0.1:$PORT" \
+      "$FOLDGATE" token --ttl 30m "$@"
+  }
+  ADMIN=$(token --tenant ops --sub console-operator --scope foldgate:admin)
+  TENANT_ADMIN=$(token --tenant acme --sub acme-operator --scope tenant:admin)
+  AGENT=$(token --tenant acme --sub agent-1 --scope "fold:read fold:write")
+  OTHER_AGENT=$(token --tenant globex --sub agent-2 --scope "fold:read fold:write")
+  MCP_ONLY=$(token --tenant acme --sub agent-3 --scope "fold:read fold:write")
+  rm -rf "$SHOTS"
+  log "Chromium ($CHROMIUM) against http://127.0.0.1:$PORT/console"
+  if (cd "$HERE" && timeout 300 node console.test.mjs --base "http://127.0.0.1:$PORT" \
+    --admin "$ADMIN" --tenant-admin "$TENANT_ADMIN" --agent "$AGENT" --other-agent "$OTHER_AGENT" \
+    --mcp-only "$MCP_ONLY" --shots "$SHOTS" --chromium "$CHROMIUM" | tee "$DIR/browser.log"); then
+    browser_ok=yes
+  else
+    browser_ok=""
+  fi
+  # The browser's checks count one by one.
+  read -r b_passed b_failed < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$DIR/browser.log" | tail -n 1) || true
+  PASSED=$((PASSED + ${b_passed:-0}))
+  FAILED=$((FAILED + ${b_failed:-0}))
+  if [ -z "$browser_ok" ]; then
+    # A crash before the summary still fails the run.
+    [ "${b_failed:-0}" -gt 0 ] || fail "console in Chromium: the browser test did not finish"
+    echo "--- foldgate's warnings and errors"
+    grep -E '"level":"(WARN|ERROR)"' "$DIR/stderr" | tail -n 20 || true
+  fi
+  echo "screenshots in $SHOTS:"
+  ls "$SHOTS" 2>/dev/null | sed 's/^/  /' || true
+fi
+
+echo
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
