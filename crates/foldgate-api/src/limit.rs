@@ -28,18 +28,31 @@ pub struct RateLimitConfig {
     pub per_second: u32,
     /// Requests a principal may make at once before the rate applies.
     pub burst: u32,
+    /// How many replicas share the limit: each enforces `per_second /
+    /// replicas` and `burst / replicas`, rounded up.
+    pub replicas: u32,
 }
 
 impl Default for RateLimitConfig {
     fn default() -> Self {
-        Self { per_second: 50, burst: 100 }
+        Self { per_second: 50, burst: 100, replicas: 1 }
     }
 }
 
 impl RateLimitConfig {
+    /// This replica's share of the rate and the burst: the whole divided
+    /// by the replicas, rounded up.
+    pub fn share(&self) -> (u32, u32) {
+        let replicas = self.replicas.max(1);
+        (self.per_second.div_ceil(replicas), self.burst.div_ceil(replicas))
+    }
+
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
-        if self.per_second == 0 || self.burst == 0 {
-            return Err("rate_limit.per_second and rate_limit.burst must be at least 1".into());
+        if self.per_second == 0 || self.burst == 0 || self.replicas == 0 {
+            return Err(
+                "rate_limit.per_second, rate_limit.burst and rate_limit.replicas must be at least 1"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -90,10 +103,11 @@ pub(crate) fn layer(
     driver: &mut Driver,
     rejections: Counter<u64>,
 ) -> Result<Limit, String> {
-    let period = Duration::from_secs(1) / config.per_second;
+    let (per_second, burst) = config.share();
+    let period = Duration::from_secs(1) / per_second;
     let governor = GovernorConfigBuilder::default()
         .period(period.max(Duration::from_nanos(1)))
-        .burst_size(config.burst)
+        .burst_size(burst)
         .key_extractor(PrincipalKey)
         .finish()
         .ok_or_else(|| "invalid rate limit".to_owned())?;
@@ -140,4 +154,23 @@ fn jsonrpc_too_many(secs: u64) -> Response<Body> {
     );
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_replica_enforces_its_share_rounded_up() {
+        let cases = [
+            (RateLimitConfig { per_second: 50, burst: 100, replicas: 1 }, (50, 100), "one"),
+            (RateLimitConfig { per_second: 50, burst: 100, replicas: 4 }, (13, 25), "four"),
+            (RateLimitConfig { per_second: 2, burst: 3, replicas: 10 }, (1, 1), "never zero"),
+        ];
+        for (config, share, why) in cases {
+            assert_eq!(config.share(), share, "{why}");
+        }
+        let none = RateLimitConfig { replicas: 0, ..RateLimitConfig::default() };
+        assert!(none.validate().is_err(), "zero replicas");
+    }
 }

@@ -211,6 +211,12 @@ The configuration file: .Values.config with what the chart decides merged in.
 {{- $api := $config.api | default dict }}
 {{- $_ = set $api "public_url" (include "foldgate.publicUrl" .) }}
 {{- $_ = set $api "allowed_hosts" (include "foldgate.allowedHosts" . | fromJsonArray) }}
+{{- $rateLimit := $api.rate_limit | default dict }}
+{{- if not (hasKey $rateLimit "replicas") }}
+{{- $replicas := ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled }}
+{{- $_ = set $rateLimit "replicas" (int $replicas) }}
+{{- end }}
+{{- $_ = set $api "rate_limit" $rateLimit }}
 {{- $_ = set $config "api" $api }}
 {{- if include "foldgate.usesPublicKey" . }}
 {{- $auth := $config.auth | default dict }}

@@ -18,7 +18,7 @@ fn assert_rate_limited(reply: &Reply, why: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_over_the_principal_rate_get_429() {
     let gw = TestGateway::start_with(Backend::Sqlite, |c| {
-        c.api.rate_limit = RateLimitConfig { per_second: 1, burst: 2 };
+        c.api.rate_limit = RateLimitConfig { per_second: 1, burst: 2, replicas: 1 };
     })
     .await;
     let alice = gw.write_token("acme", "alice");
