@@ -12,6 +12,8 @@
 //!   allowed models and upstreams and token quotas, over the deployment's;
 //! - `GET /tenants/{tenant}/usage`: what it used, per day, upstream or
 //!   model;
+//! - `GET /upstreams`, `GET /models`: the upstream MCP servers (with
+//!   whether each answers) and model providers configured;
 //! - `GET /audit`: every change made through this API, who made it, when;
 //! - `GET /openapi.json`: the OpenAPI document, generated from the types
 //!   in [`views`] and the handlers in [`routes`].
@@ -32,6 +34,8 @@ use axum::{
 };
 use foldgate_auth::AuthState;
 use foldgate_engine::FoldingService;
+use foldgate_runner::Models;
+use foldgate_upstream::Upstreams;
 use tower::{Layer, Service};
 use utoipa::{
     Modify, OpenApi,
@@ -41,6 +45,7 @@ use utoipa::{
 pub mod access;
 pub mod error;
 pub mod extract;
+pub mod federation;
 pub mod routes;
 pub mod tenancy;
 pub mod views;
@@ -54,6 +59,10 @@ pub const PREFIX: &str = "/admin/v1";
 #[derive(Debug, Clone)]
 pub struct AdminState {
     pub service: Arc<FoldingService>,
+    /// The upstream MCP servers fronted.
+    pub upstreams: Arc<Upstreams>,
+    /// The model providers configured.
+    pub models: Arc<Models>,
 }
 
 /// The admin API's OpenAPI document.
@@ -76,6 +85,8 @@ pub struct AdminState {
         tenancy::limits,
         tenancy::put_limits,
         tenancy::usage,
+        federation::upstreams,
+        federation::models,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -84,6 +95,7 @@ pub struct AdminState {
         (name = "sessions", description = "Sessions and their branch trees"),
         (name = "branches", description = "Ending a branch"),
         (name = "limits", description = "A tenant's limits, quotas and usage"),
+        (name = "federation", description = "Upstream MCP servers and model providers"),
         (name = "audit", description = "Changes made through this API"),
     ),
 )]
@@ -125,6 +137,8 @@ where
         .route("/tenants/{tenant}/branches/{branch_id}/end", post(routes::end_branch))
         .route("/tenants/{tenant}/limits", get(tenancy::limits).put(tenancy::put_limits))
         .route("/tenants/{tenant}/usage", get(tenancy::usage))
+        .route("/upstreams", get(federation::upstreams))
+        .route("/models", get(federation::models))
         .route("/audit", get(routes::audit_log))
         .with_state(state)
         // Outermost last: authenticate, then limit.

@@ -109,7 +109,11 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
         ExchangeState { guard: guard_state, metrics: gateway.metrics.mcp.clone(), outage };
     let limit = limit::layer(config.rate_limit, driver, gateway.metrics.rate_limited.clone())?;
     let admin = foldgate_admin::router(
-        foldgate_admin::AdminState { service: Arc::clone(&gateway.service) },
+        foldgate_admin::AdminState {
+            service: Arc::clone(&gateway.service),
+            upstreams: Arc::clone(&gateway.upstreams),
+            models: Arc::clone(gateway.runner.models()),
+        },
         gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
         limit::answering(
             limit.clone(),

@@ -105,6 +105,12 @@ impl Upstream {
         &self.config.name
     }
 
+    /// Whether it answers, how many tools it offers, and its last error.
+    pub fn health(&self) -> (bool, usize, Option<String>) {
+        let listing = self.read();
+        (listing.up, listing.tools.len(), listing.last_error.clone())
+    }
+
     /// Whether the upstream answered its last listing or call.
     pub fn is_up(&self) -> bool {
         self.read().up

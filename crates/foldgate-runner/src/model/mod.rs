@@ -489,6 +489,11 @@ impl Models {
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
+
+    /// Every configured model, chat and embeddings, in configuration order.
+    pub fn configs(&self) -> impl Iterator<Item = &ModelConfig> {
+        self.list.iter().map(|m| &m.config)
+    }
 }
 
 #[cfg(test)]

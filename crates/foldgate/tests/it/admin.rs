@@ -242,6 +242,10 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
         "/tenants/{tenant}/sessions/{session_id}",
         "/tenants/{tenant}/sessions/{session_id}/end",
         "/tenants/{tenant}/branches/{branch_id}/end",
+        "/tenants/{tenant}/limits",
+        "/tenants/{tenant}/usage",
+        "/upstreams",
+        "/models",
         "/audit",
     ] {
         assert!(paths.contains(&path), "{path} missing from {paths:?}");
@@ -320,8 +324,73 @@ async fn limits_apply_on_every_replica_without_a_restart(backend: Backend) {
     gw.stop().await;
 }
 
+async fn upstreams_and_models_are_listed_with_their_health(backend: Backend) {
+    use foldgate_runner::{ModelConfig, Provider};
+    use foldgate_testkit::gateway::{FILES_AUTH, files_config};
+    let files = foldgate_testkit::upstream::Upstream::start(FILES_AUTH).await;
+    let upstream = files_config(&files.url(), &["read_file"]);
+    let model = ModelConfig {
+        name: "chat".into(),
+        provider: Provider::Anthropic,
+        base_url: "https://user:secret@models.example/v1?key=k".into(),
+        model: "claude-x".into(),
+        api_key: Some("sk-test".into()),
+        tenants: Some(vec!["acme".into()]),
+        max_output_tokens: 1_024,
+        timeout_seconds: 5,
+        stream: false,
+        embeddings: false,
+    };
+    let gw = TestGateway::start_with(backend, |c| {
+        c.upstreams = vec![upstream];
+        c.models = vec![model];
+    })
+    .await;
+    let deployment = Admin::deployment(&gw);
+    // The upstream's first listing is in the background.
+    let mut listed = Value::Null;
+    for _ in 0..50 {
+        listed = deployment.read("/upstreams").await;
+        if listed["upstreams"][0]["up"] == true {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let files_view = &listed["upstreams"][0];
+    assert_eq!(files_view["name"], "files", "{listed}");
+    assert_eq!((files_view["up"].as_bool(), files_view["tools"].as_u64()), (Some(true), Some(1)));
+    assert_eq!(files_view["tools_allowed"], json!(["read_file"]));
+    assert_eq!(files_view["source"], "config");
+    let models = deployment.read("/models").await;
+    assert_eq!(models["models"][0]["name"], "chat");
+    assert_eq!(models["models"][0]["provider"], "anthropic");
+    assert_eq!(models["models"][0]["base_url"], "https://models.example/v1", "no credentials");
+    assert!(!models.to_string().contains("sk-test"), "never the key");
+
+    // A tenant admin sees what serves its tenant, as its settings allow.
+    let globex = Admin::new(&gw, Some(gw.token("globex", "lead", &["tenant:admin"])));
+    assert_eq!(globex.read("/upstreams").await, json!({"upstreams": []}));
+    assert_eq!(globex.read("/models").await, json!({"models": []}));
+    let acme = Admin::new(&gw, Some(gw.token("acme", "lead", &["tenant:admin"])));
+    assert_eq!(acme.read("/models").await["models"].as_array().unwrap().len(), 1);
+    let (status, _) = deployment.put("/tenants/acme/limits", json!({"models": []})).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut hidden = false;
+    for _ in 0..50 {
+        if acme.read("/models").await["models"].as_array().unwrap().is_empty() {
+            hidden = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(hidden, "an empty allow-list of models hides them");
+    gw.stop().await;
+    files.down().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    upstreams_and_models_are_listed_with_their_health,
     admins_reach_their_tenants_and_no_other,
     the_openapi_document_describes_every_route,
     limits_apply_on_every_replica_without_a_restart
