@@ -1,9 +1,10 @@
 //! Retention: the reconciler that deletes what ended long ago, in bounded
 //! batches, so that the database stops growing without stalling folding.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
 use chrono::{DateTime, Utc};
+use foldgate_store::StoreError;
 use serde::{Deserialize, Serialize};
 
 use crate::{FoldError, FoldingService};
@@ -83,6 +84,30 @@ fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
     (days > 0).then(|| now - chrono::Duration::days(i64::from(days)))
 }
 
+/// Runs `step` (one batch) until a batch deletes fewer than `batch_size`
+/// rows (`size` says how many it deleted) or `max_batches` ran, pausing
+/// between batches; returns each batch's result.
+async fn in_batches<T, Fut>(
+    config: &RetentionConfig,
+    mut step: impl FnMut() -> Fut,
+    size: impl Fn(&T) -> u64,
+) -> Result<Vec<T>, FoldError>
+where
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut done = Vec::new();
+    for _ in 0..config.max_batches {
+        let result = step().await?;
+        let full = size(&result) >= u64::from(config.batch_size);
+        done.push(result);
+        if !full {
+            break;
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+    Ok(done)
+}
+
 impl FoldingService {
     /// One retention pass: each kind batch by batch, oldest first, until
     /// a batch comes back short or `max_batches` ran.
@@ -90,51 +115,29 @@ impl FoldingService {
         let store = self.store();
         let now = self.clock().now();
         let batch = config.batch_size;
-        let full = |n: u64| n >= u64::from(batch);
         let mut pruned = Pruned::default();
         if let Some(before) = cutoff(now, config.branches_days) {
-            for _ in 0..config.max_batches {
-                let trees = store.prune_trees(before, batch).await?;
+            let step = || store.prune_trees(before, batch);
+            for trees in in_batches(config, step, |t| t.trees).await? {
                 pruned.trees += trees.trees;
                 pruned.branches += trees.branches;
                 pruned.calls += trees.calls;
                 pruned.runs += trees.runs;
                 pruned.steps += trees.steps;
-                if !full(trees.trees) {
-                    break;
-                }
-                tokio::time::sleep(PAUSE).await;
             }
         }
+        let rows = |n: &u64| *n;
         if let Some(before) = cutoff(now, config.sessions_days) {
-            for _ in 0..config.max_batches {
-                let sessions = store.prune_sessions(before, batch).await?;
-                pruned.sessions += sessions;
-                if !full(sessions) {
-                    break;
-                }
-                tokio::time::sleep(PAUSE).await;
-            }
+            let step = || store.prune_sessions(before, batch);
+            pruned.sessions = in_batches(config, step, rows).await?.iter().sum();
         }
         if let Some(before) = cutoff(now, config.audit_days) {
-            for _ in 0..config.max_batches {
-                let entries = store.prune_audit(before, batch).await?;
-                pruned.audit_entries += entries;
-                if !full(entries) {
-                    break;
-                }
-                tokio::time::sleep(PAUSE).await;
-            }
+            let step = || store.prune_audit(before, batch);
+            pruned.audit_entries = in_batches(config, step, rows).await?.iter().sum();
         }
         if let Some(before) = cutoff(now, config.usage_days) {
-            for _ in 0..config.max_batches {
-                let lines = store.prune_usage(before.date_naive(), batch).await?;
-                pruned.usage_lines += lines;
-                if !full(lines) {
-                    break;
-                }
-                tokio::time::sleep(PAUSE).await;
-            }
+            let step = || store.prune_usage(before.date_naive(), batch);
+            pruned.usage_lines = in_batches(config, step, rows).await?.iter().sum();
         }
         if pruned != Pruned::default() {
             tracing::info!(?pruned, "retention deleted what ended long ago");

@@ -328,6 +328,31 @@ pub async fn active_counters(db: &TestDb, tenant: &str) -> (i64, i64) {
     }
 }
 
+/// Moves the end of a session and of its branches `days` back, each
+/// instant as its backend writes it: old work, for retention.
+pub async fn age_session(db: &TestDb, session: &str, days: u32) {
+    let ago = match db.backend {
+        Backend::Postgres => format!("now() - interval '{days} days'"),
+        Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days')"),
+    };
+    for statement in [
+        format!("UPDATE branches SET completed_at = {ago} WHERE session_id = $1"),
+        format!("UPDATE sessions SET ended_at = {ago} WHERE session_id = $1"),
+    ] {
+        let statement = sqlx::AssertSqlSafe(statement);
+        match db.backend {
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                sqlx::query(statement).bind(session).execute(&mut c).await.unwrap();
+            }
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                sqlx::query(statement).bind(session).execute(&mut c).await.unwrap();
+            }
+        }
+    }
+}
+
 /// Another client's transaction that has spent tokens of a branch and
 /// holds its write lock (the branch's row lock on Postgres, the database's
 /// write lock on SQLite) until [`HeldWrite::commit`].

@@ -388,8 +388,47 @@ async fn upstreams_and_models_are_listed_with_their_health(backend: Backend) {
     files.down().await;
 }
 
+async fn retention_deletes_old_trees_while_the_gateway_runs(backend: Backend) {
+    let gw = TestGateway::start_with(backend, |c| c.retention.interval_seconds = 1).await;
+    let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
+    for session in ["old", "new"] {
+        let created =
+            ok(&call(&agent, "branch_create", json!({"session_id": session, "description": "d"}))
+                .await);
+        let id = created["branch_id"].as_str().unwrap();
+        ok(&call(&agent, "branch_return", json!({"branch_id": id, "message": "done"})).await);
+        ok(&call(&agent, "session_end", json!({"session_id": session})).await);
+    }
+    let admin = Admin::deployment(&gw);
+    assert_eq!(admin.get("/tenants/acme/sessions/old").await.0, StatusCode::OK);
+    foldgate_testkit::age_session(&gw.db, "old", 40).await;
+
+    // Within a pass or two, the old tree and then its session are gone.
+    let mut gone = false;
+    for _ in 0..50 {
+        if admin.get("/tenants/acme/sessions/old").await.0 == StatusCode::NOT_FOUND {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gone, "retention never deleted the old session");
+    let new = admin.read("/tenants/acme/sessions/new").await;
+    assert_eq!(new["branches"].as_array().unwrap().len(), 1, "a recent tree stays");
+    let ops = format!("http://{}/background", gw.running.ops_addr);
+    let tasks: Value = reqwest::get(ops).await.unwrap().json().await.unwrap();
+    let retention = tasks["tasks"].as_array().unwrap().iter().find(|t| t["name"] == "retention");
+    assert!(retention.is_some(), "the retention task runs: {tasks}");
+    // The usage of the deleted branch outlives it.
+    let usage = admin.read("/tenants/acme/usage").await;
+    assert_eq!(usage["total"]["returns"], 2, "{usage}");
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    retention_deletes_old_trees_while_the_gateway_runs,
     upstreams_and_models_are_listed_with_their_health,
     admins_reach_their_tenants_and_no_other,
     the_openapi_document_describes_every_route,
