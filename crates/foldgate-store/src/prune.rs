@@ -82,7 +82,9 @@ where
         batch: u32,
     ) -> Result<PrunedTrees, StoreError> {
         self.timed("prune_trees", async {
-            let mut tx = self.pool.begin().await?;
+            // As the dialect begins a writing transaction (SQLite: IMMEDIATE,
+            // waiting for the write lock rather than failing to upgrade).
+            let mut tx = D::begin(&self.pool).await?;
             // The batch ends at the `batch`th oldest tree (ties come along).
             let last: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(
                 "SELECT completed_at FROM branches WHERE parent_id IS NULL \

@@ -349,7 +349,9 @@ where
     ) -> Result<(), StoreError> {
         let json = serde_json::to_string(settings).map_err(|e| corrupt(e.to_string()))?;
         self.timed("admin_put_tenant_settings", async {
-            let mut tx = self.pool.begin().await?;
+            // As the dialect begins a writing transaction (SQLite: IMMEDIATE,
+            // waiting for the write lock rather than failing to upgrade).
+            let mut tx = D::begin(&self.pool).await?;
             sqlx::query(
                 "INSERT INTO tenant_settings (tenant_id, settings, updated_at, updated_by_tenant, \
                  updated_by_sub) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id) DO UPDATE \
@@ -376,7 +378,9 @@ where
             return Ok(());
         }
         self.timed("admin_add_usage", async {
-            let mut tx = self.pool.begin().await?;
+            // As the dialect begins a writing transaction (SQLite: IMMEDIATE,
+            // waiting for the write lock rather than failing to upgrade).
+            let mut tx = D::begin(&self.pool).await?;
             for line in lines {
                 sqlx::query(
                     "INSERT INTO usage_daily (tenant_id, day, kind, name, calls, tokens_in, \
