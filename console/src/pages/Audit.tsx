@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 
 import { admin, type AuditEntry } from "../api";
-import { ErrorNote, Freshness, Link } from "../components/ui";
+import { ErrorNote, Freshness, Link, TenantNav } from "../components/ui";
 import { usePoll } from "../poll";
 import { href, navigate } from "../router";
 import { clock } from "../time";
@@ -29,6 +29,9 @@ function Target({ entry }: { entry: AuditEntry }) {
     const to = href("session", { tenant: entry.tenant, id: detail.session_id, branch: entry.target });
     return <Link href={to}>{entry.target}</Link>;
   }
+  if (entry.tenant && entry.action.startsWith("limits.")) {
+    return <Link href={href("limits", { tenant: entry.tenant })}>{entry.target}</Link>;
+  }
   return <>{entry.target}</>;
 }
 
@@ -51,6 +54,7 @@ export function Audit({ token, identity, location }: PageProps) {
       <PageHeading title={tenant ? <>Audit log of {tenant}</> : "Audit log"}>
         <Freshness updatedAt={audit.updatedAt} periodMs={PERIOD} failing={Boolean(audit.error)} />
       </PageHeading>
+      {tenant ? <TenantNav tenant={tenant} current="audit" /> : null}
       <p class="muted">Changes made through the admin API, newest first.</p>
       {deployment ? (
         <form
