@@ -461,6 +461,20 @@ try {
     await screenshot("limits-refused", true);
     await page.getByRole("button", { name: "Reset form" }).click();
     check("Reset form puts the saved overrides back", (await field.inputValue()) === "12000", await field.inputValue());
+    // What is not a number is not sent: the field says so and takes the focus.
+    const depth = page.getByLabel("Max depth");
+    await depth.fill("three");
+    await page.getByRole("button", { name: "Save" }).click();
+    const note = await page.locator("#limit-max_depth-error").innerText();
+    const at = await page.evaluate(() => document.activeElement?.id);
+    check(
+      "a field that is not a whole number is marked, described and focused, and nothing is sent",
+      note.includes("whole number") && at === "limit-max_depth" &&
+        (await depth.getAttribute("aria-describedby")).includes("limit-max_depth-error") &&
+        (await page.locator("#limits-outcome").count()) === 0,
+      { note, at },
+    );
+    await page.getByRole("button", { name: "Reset form" }).click();
   });
 
   await step("limits: the change is in the audit log", async () => {

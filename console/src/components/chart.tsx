@@ -30,14 +30,22 @@ const H = 230;
 const M = { top: 12, right: 8, bottom: 30, left: 52 };
 const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 1 });
 
-/** The smallest 1, 2, 2.5 or 5 times a power of ten at or above `n`. */
-function niceCeil(n: number): number {
-  if (n <= 0) return 1;
+/**
+ * The top of the axis, the smallest 1, 2, 2.5 or 5 times a power of ten at
+ * or above `n`, and how many steps divide it into round numbers.
+ */
+function axis(n: number): { top: number; steps: number } {
+  if (n <= 0) return { top: 4, steps: 4 };
   const power = 10 ** Math.floor(Math.log10(n));
-  for (const step of [1, 2, 2.5, 5, 10]) {
-    if (step * power >= n) return step * power;
+  for (const [lead, steps] of [
+    [1, 4],
+    [2, 4],
+    [2.5, 5],
+    [5, 5],
+  ] as const) {
+    if (lead * power >= n) return { top: lead * power, steps };
   }
-  return 10 * power;
+  return { top: 10 * power, steps: 5 };
 }
 
 export function BarChart(props: {
@@ -53,7 +61,7 @@ export function BarChart(props: {
     0,
     ...groups.map((g) => Math.max(g.values.reduce((a, b) => a + b, 0), g.beside ?? 0)),
   );
-  const top = niceCeil(highest);
+  const { top, steps } = axis(highest);
   const y = (v: number) => M.top + ph - (v / top) * ph;
   const height = (v: number) => (v <= 0 ? 0 : Math.max(1.5, (v / top) * ph));
   const n = Math.max(1, groups.length);
@@ -61,7 +69,7 @@ export function BarChart(props: {
   const bars = beside ? 2 : 1;
   const bw = Math.max(1, Math.min(beside ? 26 : 40, (gw * 0.7) / bars));
   const every = Math.ceil(n / 12);
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => f * top);
+  const ticks = Array.from({ length: steps + 1 }, (_, i) => (i * top) / steps);
 
   return (
     <div class="chart">

@@ -140,9 +140,9 @@ function fieldsOf(error: ApiError): FieldName[] {
   return known.includes(named) ? [named as FieldName] : [];
 }
 
-function listText(list: string[] | null, noun: string, tenant: string): string {
-  if (list === null) return `every ${noun} configured for ${tenant}`;
-  if (list.length === 0) return `none`;
+function listText(list: string[] | null): string {
+  if (list === null) return "all configured";
+  if (list.length === 0) return "none";
   return list.join(", ");
 }
 
@@ -167,7 +167,7 @@ function Effective(props: { view: LimitsView }) {
         value: value === null ? "no quota" : count(value),
       };
     }),
-    ...LISTS.map((l) => ({ name: l.name, label: l.label, value: listText(effective[l.name], l.noun, view.tenant) })),
+    ...LISTS.map((l) => ({ name: l.name, label: l.label, value: listText(effective[l.name]) })),
   ];
   return (
     <section class="panel" aria-labelledby="effective-title">
@@ -204,6 +204,10 @@ function Effective(props: { view: LimitsView }) {
           ))}
         </tbody>
       </table>
+      <p class="hint table-note">
+        <i>all configured</i>: every model or upstream configured for {view.tenant}; <i>none</i>: an
+        empty list, none of them.
+      </p>
     </section>
   );
 }
