@@ -10,8 +10,9 @@ import { PageHeading } from "./page";
 
 const PERIOD = 5000;
 
-function detailText(detail: unknown): string {
+function detailText(action: string, detail: unknown): string {
   if (detail && typeof detail === "object" && !Array.isArray(detail)) {
+    if (action === "limits.update" && Object.keys(detail).length === 0) return "every override removed";
     return Object.entries(detail as Record<string, unknown>)
       .map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`)
       .join(", ");
@@ -113,7 +114,7 @@ export function Audit({ token, identity, location }: PageProps) {
                   <td class="mono wrap">
                     <Target entry={e} />
                   </td>
-                  <td class="wrap">{detailText(e.detail)}</td>
+                  <td class="wrap">{detailText(e.action, e.detail)}</td>
                 </tr>
               ))}
             </tbody>
