@@ -49,25 +49,70 @@ const GROUPS: { legend: string; fields: NumberField[] }[] = [
   {
     legend: "Branches",
     fields: [
-      { name: "max_active_per_session", label: "Active per session", title: "Active branches per session", about: "branches at once in one session" },
-      { name: "max_active_per_tenant", label: "Active per tenant", title: "Active branches per tenant", about: "branches at once across its sessions" },
-      { name: "creations_per_minute", label: "Creations per minute", title: "Creations per minute", about: "branches one session may create" },
-      { name: "max_depth", label: "Max depth", title: "Max depth", about: "a session's first branch is depth 1" },
+      {
+        name: "max_active_per_session",
+        label: "Active per session",
+        title: "Active branches per session",
+        about: "branches at once in one session",
+      },
+      {
+        name: "max_active_per_tenant",
+        label: "Active per tenant",
+        title: "Active branches per tenant",
+        about: "branches at once across its sessions",
+      },
+      {
+        name: "creations_per_minute",
+        label: "Creations per minute",
+        title: "Creations per minute",
+        about: "branches one session may create",
+      },
+      {
+        name: "max_depth",
+        label: "Max depth",
+        title: "Max depth",
+        about: "a session's first branch is depth 1",
+      },
     ],
   },
   {
     legend: "Budgets, in tokens",
     fields: [
-      { name: "default_budget", label: "Default budget", title: "Default budget", about: "of a branch whose create names none" },
-      { name: "max_budget", label: "Max budget", title: "Max budget", about: "larger requests are capped to this" },
-      { name: "session_budget", label: "Session budget", title: "Session budget", about: "the root pool of each session" },
+      {
+        name: "default_budget",
+        label: "Default budget",
+        title: "Default budget",
+        about: "of a branch whose create names none",
+      },
+      {
+        name: "max_budget",
+        label: "Max budget",
+        title: "Max budget",
+        about: "larger requests are capped to this",
+      },
+      {
+        name: "session_budget",
+        label: "Session budget",
+        title: "Session budget",
+        about: "the root pool of each session",
+      },
     ],
   },
   {
     legend: "Token quotas",
     fields: [
-      { name: "tokens_per_day", label: "Tokens per day", title: "Tokens per day", about: "per UTC day" },
-      { name: "tokens_per_month", label: "Tokens per month", title: "Tokens per month", about: "per calendar month (UTC)" },
+      {
+        name: "tokens_per_day",
+        label: "Tokens per day",
+        title: "Tokens per day",
+        about: "per UTC day",
+      },
+      {
+        name: "tokens_per_month",
+        label: "Tokens per month",
+        title: "Tokens per month",
+        about: "per calendar month (UTC)",
+      },
     ],
   },
 ];
@@ -77,8 +122,18 @@ const QUOTAS: NumberName[] = ["tokens_per_day", "tokens_per_month"];
 const BUDGETS: NumberName[] = ["default_budget", "max_budget", "session_budget"];
 
 const LISTS: { name: ListName; label: string; noun: string; none: string }[] = [
-  { name: "models", label: "Models", noun: "model", none: "No model: gateway-run branches refused" },
-  { name: "upstreams", label: "Upstreams", noun: "upstream", none: "No upstream: every upstream's tools hidden" },
+  {
+    name: "models",
+    label: "Models",
+    noun: "model",
+    none: "No model: gateway-run branches refused",
+  },
+  {
+    name: "upstreams",
+    label: "Upstreams",
+    noun: "upstream",
+    none: "No upstream: every upstream's tools hidden",
+  },
 ];
 
 /** The form as typed: numbers as text, lists as comma-separated names. */

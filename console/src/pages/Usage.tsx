@@ -109,7 +109,10 @@ function summary(report: UsageReport, series: typeof SERIES, rows: UsageRow[]): 
       `${count(t.tokens_saved)} saved`;
   }
   const most = rows.reduce<UsageRow | undefined>((m, r) => (!m || spent(r) > spent(m) ? r : m), undefined);
-  if (most && spent(most) > 0) text += `. The most on ${most.key}: ${count(spent(most))}`;
+  if (most && spent(most) > 0) {
+    const which = report.group_by === "day" ? "The busiest day" : `The ${NOUN[report.group_by]} spending most`;
+    text += `. ${which}: ${most.key}, ${count(spent(most))}`;
+  }
   return `${text}.`;
 }
 
