@@ -70,6 +70,77 @@ export interface SessionEnded {
   session_ended: boolean;
 }
 
+/** A tenant's overrides: only the fields an operator set. */
+export interface LimitOverrides {
+  max_active_per_session?: number;
+  max_active_per_tenant?: number;
+  creations_per_minute?: number;
+  max_depth?: number;
+  default_budget?: number;
+  max_budget?: number;
+  session_budget?: number;
+  models?: string[];
+  upstreams?: string[];
+  tokens_per_day?: number;
+  tokens_per_month?: number;
+}
+
+/** The limits a tenant's branches are held to: the deployment's, with its overrides. */
+export interface EffectiveLimits {
+  max_active_per_session: number;
+  max_active_per_tenant: number;
+  creations_per_minute: number;
+  max_depth: number;
+  default_budget: number;
+  max_budget: number;
+  session_budget: number;
+  /** null: every model configured for the tenant. */
+  models: string[] | null;
+  /** null: every upstream configured for the tenant. */
+  upstreams: string[] | null;
+  /** null: no quota. */
+  tokens_per_day: number | null;
+  tokens_per_month: number | null;
+}
+
+export interface LimitsView {
+  tenant: string;
+  overrides: LimitOverrides;
+  effective: EffectiveLimits;
+  spent_today: number;
+  spent_this_month: number;
+  updated_at: string | null;
+  updated_by: { tenant: string; subject: string } | null;
+}
+
+export type GroupBy = "day" | "upstream" | "model";
+
+export interface UsageRow {
+  key: string;
+  branch_calls: number;
+  branch_tokens_in: number;
+  branch_tokens_out: number;
+  outside_calls: number;
+  outside_tokens_in: number;
+  outside_tokens_out: number;
+  model_calls: number;
+  model_input_tokens: number;
+  model_output_tokens: number;
+  returns: number;
+  tokens_folded: number;
+  tokens_returned: number;
+  tokens_saved: number;
+}
+
+export interface UsageReport {
+  tenant: string;
+  from: string;
+  to: string;
+  group_by: GroupBy;
+  rows: UsageRow[];
+  total: UsageRow;
+}
+
 export interface AuditEntry {
   id: string;
   at: string;
@@ -120,19 +191,28 @@ async function errorOf(response: Response): Promise<ApiError> {
 /**
  * Calls the admin API with the operator's token. `path` is relative to
  * /admin/v1. A 401 or 403 after signing in means the token no longer
- * serves (expired, or its keys rotated): the console signs out.
+ * serves (expired, or its keys rotated): the console signs out. Except
+ * where `mayForbid` says a 403 is this call's own refusal (changing limits
+ * takes more than reading them): then it is only reported.
  */
 export async function call<T>(
   token: string,
-  method: "GET" | "POST",
+  method: "GET" | "POST" | "PUT",
   path: string,
   signal?: AbortSignal,
+  options: { body?: unknown; mayForbid?: boolean } = {},
 ): Promise<T> {
   let response: Response;
+  const headers: Record<string, string> = {
+    Authorization: `Bearer ${token}`,
+    Accept: "application/json",
+  };
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
   try {
     response = await fetch(API + path, {
       method,
-      headers: { Authorization: `Bearer ${token}`, Accept: "application/json" },
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
       cache: "no-store",
       credentials: "omit",
       signal,
@@ -144,7 +224,8 @@ export async function call<T>(
   noteServerDate(response.headers.get("Date"));
   if (!response.ok) {
     const error = await errorOf(response);
-    if (error.status === 401 || error.status === 403) onUnauthorized(error);
+    const refused = error.status === 401 || (error.status === 403 && !options.mayForbid);
+    if (refused) onUnauthorized(error);
     throw error;
   }
   return (await response.json()) as T;
@@ -188,6 +269,26 @@ export const admin = {
     ),
   endSession: (token: string, tenant: string, id: string) =>
     call<SessionEnded>(token, "POST", `/tenants/${seg(tenant)}/sessions/${seg(id)}/end`),
+  limits: (token: string, tenant: string, signal?: AbortSignal) =>
+    call<LimitsView>(token, "GET", `/tenants/${seg(tenant)}/limits`, signal),
+  /** Replaces the tenant's overrides; `{}` removes them all. */
+  putLimits: (token: string, tenant: string, overrides: LimitOverrides) =>
+    call<LimitsView>(token, "PUT", `/tenants/${seg(tenant)}/limits`, undefined, {
+      body: overrides,
+      mayForbid: true,
+    }),
+  usage: (
+    token: string,
+    tenant: string,
+    span: { from?: string; to?: string; group_by: GroupBy },
+    signal?: AbortSignal,
+  ) =>
+    call<UsageReport>(
+      token,
+      "GET",
+      `/tenants/${seg(tenant)}/usage${query(span)}`,
+      signal,
+    ),
   audit: (
     token: string,
     tenant: string | undefined,

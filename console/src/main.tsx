@@ -12,11 +12,13 @@ import { ApiError, setUnauthorizedHandler } from "./api";
 import { clearToken, identity, loadToken, saveToken } from "./auth";
 import { Link } from "./components/ui";
 import { Audit } from "./pages/Audit";
+import { Limits } from "./pages/Limits";
 import { NotFound, type PageProps } from "./pages/page";
 import { Session } from "./pages/Session";
 import { Sessions } from "./pages/Sessions";
 import { SignIn, refusal } from "./pages/SignIn";
 import { Tenants } from "./pages/Tenants";
+import { Usage } from "./pages/Usage";
 import { href, noteMove, useLocation } from "./router";
 
 const PAGES: Record<string, FunctionComponent<PageProps>> = {
@@ -24,11 +26,13 @@ const PAGES: Record<string, FunctionComponent<PageProps>> = {
   sessions: Sessions,
   session: Session,
   audit: Audit,
+  limits: Limits,
+  usage: Usage,
 };
 
 /** The header's links: which pages they lead to, and which they stand for. */
 const NAV: { label: string; page: string; covers: string[] }[] = [
-  { label: "Tenants", page: "", covers: ["", "sessions", "session"] },
+  { label: "Tenants", page: "", covers: ["", "sessions", "session", "limits", "usage"] },
   { label: "Audit log", page: "audit", covers: ["audit"] },
 ];
 

@@ -5,8 +5,12 @@
 //   sessions, a live session whose tree shows a branch appear and end as the
 //   client creates and returns it, a branch's details (its result as text),
 //   ending a branch from the console (and the agent finding it ended), the
-//   audit entry, ending the session, and a tenant admin who cannot see
-//   another tenant. Screenshots of every step go to --shots.
+//   audit entry, ending the session; a tenant's limits changed by the
+//   deployment admin (saved, a refusal shown with nothing changed, the audit
+//   entry, every override cleared), its usage report filling in as the
+//   client's branches return; and a tenant admin who cannot see another
+//   tenant and reads its limits without a form. Screenshots of every step go
+//   to --shots.
 //
 // Usage: node console.test.mjs --base http://127.0.0.1:PORT --admin JWT --tenant-admin JWT
 //          --agent JWT --other-agent JWT --mcp-only JWT --shots DIR
@@ -99,10 +103,13 @@ async function createBranch(token, session, description, extra = {}) {
   return result.structuredContent.branch_id;
 }
 
-async function adminApi(token, method, path) {
+async function adminApi(token, method, path, body) {
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(`${BASE}/admin/v1${path}`, {
     method,
-    headers: { Authorization: `Bearer ${token}` },
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   return { status: response.status, body: await response.json().catch(() => null) };
 }
@@ -133,16 +140,17 @@ const context = await browser.newContext({ viewport: { width: 1366, height: 768 
 const page = await context.newPage();
 const problems = [];
 page.on("console", (m) => {
-  if (m.type() === "error" && !/status of 40[134]/.test(m.text())) problems.push(m.text());
+  // The refusals the test provokes (400, 401, 403, 404) are logged by the browser.
+  if (m.type() === "error" && !/status of 40[0134]/.test(m.text())) problems.push(m.text());
 });
 page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 page.setDefaultTimeout(10_000);
 
 let shot = 0;
-async function screenshot(name) {
+async function screenshot(name, fullPage = false) {
   shot += 1;
   const file = join(args.shots, `${String(shot).padStart(2, "0")}-${name}.png`);
-  await page.screenshot({ path: file, fullPage: false });
+  await page.screenshot({ path: file, fullPage });
   console.log(`     screenshot ${file}`);
 }
 
@@ -355,6 +363,211 @@ try {
     await screenshot("session-ended");
   });
 
+  // A depth-1 branch that returns (after a child of its own did): the usage
+  // report counts it, with what it spent and what it returned.
+  await step("the client folds a branch into its caller", async () => {
+    const session = `console-usage-${Date.now().toString(36)}`;
+    const parent = await createBranch(args.agent, session, "collect the failing jobs");
+    const child = await createBranch(args.agent, session, "read one job's log", { parent_branch_id: parent });
+    const long = Array.from({ length: 60 }, (_, i) => `job ${i}: step "test" failed after retry ${i % 3}`).join("\n");
+    for (const [id, message] of [
+      [child, long],
+      [parent, "Three jobs fail in the same test: the retry loop in ci.yml."],
+    ]) {
+      const returned = await tool(args.agent, "branch_return", { branch_id: id, message });
+      if (returned.isError) throw new Error(JSON.stringify(returned.content));
+    }
+    check("the client returns a depth-1 branch (after its child)", true);
+  });
+
+  const limitRow = (name) => page.locator(`tr[data-limit="${name}"]`);
+  // A limit's effective value, and where it comes from.
+  const limitValue = async (name) =>
+    (await limitRow(name).locator('td[data-col="value"], td[data-col="from"]').allInnerTexts()).map((t) => t.trim());
+
+  await step("limits: the deployment admin changes a tenant's", async () => {
+    await page.getByRole("navigation", { name: "Breadcrumb" }).getByRole("link", { name: TENANT, exact: true }).click();
+    await page.getByRole("heading", { name: `Sessions of ${TENANT}` }).waitFor();
+    await page.getByRole("navigation", { name: `Tenant ${TENANT}` }).getByRole("link", { name: "Limits" }).click();
+    await page.getByRole("heading", { name: `Limits of ${TENANT}`, level: 1 }).waitFor();
+    await limitRow("max_budget").waitFor();
+    check(
+      "the limits page shows the deployment's settings, and an edit form to a deployment admin",
+      (await limitValue("max_budget"))[1] === "deployment's" &&
+        (await page.getByRole("group", { name: "Budgets, in tokens" }).count()) === 1,
+      await limitValue("max_budget"),
+    );
+    await page.getByLabel("Default budget").fill("12000");
+    await page.getByLabel("Max budget").fill("48,000");
+    await page.getByLabel("Tokens per day").fill("2000000");
+    await page.getByRole("button", { name: "Save" }).click();
+    const saved = page.locator("#limits-outcome.note-ok");
+    await saved.waitFor();
+    check("saving says so", (await saved.innerText()).startsWith("Saved."), await saved.innerText());
+    const focused = await page.evaluate(() => document.activeElement?.id);
+    check("the outcome takes the focus", focused === "limits-outcome", focused);
+    const max = await limitValue("max_budget");
+    const def = await limitValue("default_budget");
+    const day = await limitValue("tokens_per_day");
+    check(
+      "the new effective values are shown, marked as set for this tenant",
+      max[0] === "48,000" && max[1] === "set for this tenant" && def[0] === "12,000" && day[0] === "2,000,000" &&
+        (await limitValue("max_depth"))[1] === "deployment's",
+      { max, def, day },
+    );
+    const bar = await page.getByRole("img", { name: /^Spent today: / }).getAttribute("aria-label");
+    check("today's spending is shown against the new daily quota", /of 2,000,000 tokens spent/.test(bar ?? ""), bar);
+    const who = await page.locator(".last-change").innerText();
+    check("and who changed them last", who.includes("Last changed") && who.includes("console-operator (ops)"), who);
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/limits`);
+    check(
+      "the admin API confirms the overrides and the effective limits",
+      api.status === 200 &&
+        JSON.stringify(api.body.overrides) === JSON.stringify({ default_budget: 12000, max_budget: 48000, tokens_per_day: 2000000 }) &&
+        api.body.effective.max_budget === 48000 &&
+        api.body.effective.tokens_per_day === 2000000,
+      api,
+    );
+    await screenshot("limits-saved", true);
+  });
+
+  await step("limits: a change the gateway refuses", async () => {
+    // With the keyboard: type into the field, Enter submits the form.
+    const field = page.getByLabel("Default budget");
+    await field.focus();
+    await page.keyboard.press("ControlOrMeta+a");
+    await page.keyboard.type("60000");
+    await page.keyboard.press("Enter");
+    const refused = page.locator("#limits-outcome.note-error");
+    await refused.waitFor();
+    const text = await refused.innerText();
+    check(
+      "a default budget above the max budget shows the API's 400 and its message",
+      text.includes("400 invalid_request") && text.includes("default_budget (60000) <= max_budget (48000)"),
+      text,
+    );
+    const described = await field.getAttribute("aria-describedby");
+    check(
+      "the refusal is linked to the fields it names (aria-describedby, aria-invalid)",
+      (described ?? "").split(" ").includes("limits-outcome") && (await field.getAttribute("aria-invalid")) === "true",
+      described,
+    );
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/limits`);
+    check(
+      "and nothing changed",
+      api.body?.overrides?.default_budget === 12000 && (await limitValue("default_budget"))[0] === "12,000",
+      api.body?.overrides,
+    );
+    await screenshot("limits-refused", true);
+    await page.getByRole("button", { name: "Reset form" }).click();
+    check("Reset form puts the saved overrides back", (await field.inputValue()) === "12000", await field.inputValue());
+    // What is not a number is not sent: the field says so and takes the focus.
+    const depth = page.getByLabel("Max depth");
+    await depth.fill("three");
+    await page.getByRole("button", { name: "Save" }).click();
+    const note = await page.locator("#limit-max_depth-error").innerText();
+    const at = await page.evaluate(() => document.activeElement?.id);
+    check(
+      "a field that is not a whole number is marked, described and focused, and nothing is sent",
+      note.includes("whole number") && at === "limit-max_depth" &&
+        (await depth.getAttribute("aria-describedby")).includes("limit-max_depth-error") &&
+        (await page.locator("#limits-outcome").count()) === 0,
+      { note, at },
+    );
+    await page.getByRole("button", { name: "Reset form" }).click();
+  });
+
+  await step("limits: the change is in the audit log", async () => {
+    await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Audit log" }).click();
+    await page.getByRole("heading", { name: "Audit log", level: 1 }).waitFor();
+    const rows = page.getByRole("row").filter({ hasText: "limits.update" });
+    await rows.first().waitFor();
+    const texts = await rows.allInnerTexts();
+    check(
+      "one limits.update of acme by the operator, with the overrides (the refused change wrote none)",
+      texts.length === 1 && texts[0].includes("console-operator") && texts[0].includes("max_budget: 48000") &&
+        texts[0].includes("tokens_per_day: 2000000"),
+      texts,
+    );
+    await screenshot("audit-limits-update");
+  });
+
+  await step("limits: clearing every override", async () => {
+    const put = await adminApi(args.admin, "PUT", `/tenants/${OTHER}/limits`, { tokens_per_month: 9000000, models: [] });
+    if (put.status !== 200) throw new Error(`PUT ${OTHER} limits: ${JSON.stringify(put)}`);
+    await page.goto(`${BASE}/console/limits?tenant=${OTHER}`);
+    await page.getByRole("heading", { name: `Limits of ${OTHER}`, level: 1 }).waitFor();
+    await limitRow("tokens_per_month").waitFor();
+    const month = await limitValue("tokens_per_month");
+    const models = await limitValue("models");
+    check(
+      "an empty allow-list reads none, and the form's None box is ticked",
+      month[0] === "9,000,000" && models[0] === "none" && models[1] === "set for this tenant" &&
+        (await page.getByLabel(/No model/).isChecked()) &&
+        (await page.getByLabel("Models", { exact: true }).isDisabled()),
+      { month, models },
+    );
+    await page.getByRole("button", { name: "Clear all overrides" }).click();
+    await page.getByRole("button", { name: "Yes, clear them" }).click();
+    const cleared = page.locator("#limits-outcome.note-ok");
+    await cleared.waitFor();
+    const text = await cleared.innerText();
+    const after = await limitValue("tokens_per_month");
+    const api = await adminApi(args.admin, "GET", `/tenants/${OTHER}/limits`);
+    check(
+      "Clear all overrides removes them: no quota, every model",
+      text.startsWith("Cleared.") && after[0] === "no quota" && after[1] === "deployment's" &&
+        JSON.stringify(api.body?.overrides) === "{}" && api.body?.effective?.models === null,
+      { text, after, api: api.body?.overrides },
+    );
+    await screenshot("limits-cleared");
+  });
+
+  await step("usage: the report fills in as branches return", async () => {
+    await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Tenants" }).click();
+    await page.getByRole("link", { name: `Usage of ${TENANT}` }).click();
+    await page.getByRole("heading", { name: `Usage of ${TENANT}`, level: 1 }).waitFor();
+    // Each replica writes its usage about once a second; the page reads every 5 s.
+    await page.waitForFunction(
+      () => {
+        const cell = (f) => Number(document.querySelector(`tfoot [data-field="${f}"]`)?.textContent?.replace(/,/g, "") ?? "0");
+        return cell("returns") >= 1 && cell("tokens_folded") > 0;
+      },
+      null,
+      { timeout: 15_000 },
+    );
+    const total = Object.fromEntries(
+      await page.locator("tfoot td[data-field]").evaluateAll((cells) =>
+        cells.map((c) => [c.getAttribute("data-field"), Number(c.textContent.replace(/,/g, ""))]),
+      ),
+    );
+    check("the total shows returns and the tokens folded", total.returns >= 1 && total.tokens_folded > 0, total);
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/usage`);
+    check(
+      "the same numbers as the admin API's report",
+      api.status === 200 && api.body.total.returns === total.returns && api.body.total.tokens_folded === total.tokens_folded &&
+        api.body.total.tokens_saved === total.tokens_saved,
+      { api: api.body?.total, total },
+    );
+    const chart = page.getByRole("img", { name: /^Tokens by day, / });
+    const label = (await chart.getAttribute("aria-label")) ?? "";
+    const today = new Date().toISOString().slice(0, 10);
+    const returnsWords = `${total.returns} ${total.returns === 1 ? "return" : "returns"}`;
+    check(
+      "the chart is an image whose name sums it up (seven days, returns, tokens folded)",
+      label.includes(`to ${today} (UTC)`) && label.includes(returnsWords) && (await chart.locator("rect").count()) > 0,
+      label,
+    );
+    const days = await page.locator(".chart-table tbody tr").count();
+    const todayRow = await page.locator(".chart-table tbody tr").filter({ hasText: today }).innerText();
+    check("its numbers are in a table: one row per day of the last seven", days === 7 && todayRow.length > 0, { days, todayRow });
+    await screenshot("usage", true);
+    await page.getByLabel("Group by").selectOption("upstream");
+    await page.getByRole("button", { name: "Show" }).click();
+    await page.getByRole("heading", { name: /^Tokens by upstream/ }).waitFor();
+    check("grouping by upstream reads the report again", page.url().includes("group_by=upstream"), page.url());
+  });
+
   await step("a tenant admin sees only its own tenant", async () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByRole("heading", { name: "Sign in to the foldgate console" }).waitFor();
@@ -377,6 +590,22 @@ try {
     await screenshot("tenant-admin-other-tenant");
     const api = await adminApi(args["tenant-admin"], "GET", `/tenants/${OTHER}/sessions`);
     check("the admin API agrees: 404 for the tenant admin", api.status === 404, api);
+  });
+
+  await step("a tenant admin reads its limits, read-only", async () => {
+    await page.goto(`${BASE}/console/limits?tenant=${TENANT}`);
+    await page.getByRole("heading", { name: `Limits of ${TENANT}`, level: 1 }).waitFor();
+    await limitRow("max_budget").waitFor();
+    const note = await page.getByRole("region", { name: "Read only" }).innerText();
+    const inputs = await page.locator("main input, main button").count();
+    check(
+      "a tenant admin sees the limits without a form, and why",
+      (await limitValue("max_budget"))[0] === "48,000" && inputs === 0 && note.includes("foldgate:admin"),
+      { inputs, note },
+    );
+    await screenshot("tenant-admin-limits", true);
+    const put = await adminApi(args["tenant-admin"], "PUT", `/tenants/${TENANT}/limits`, { tokens_per_day: 99999999 });
+    check("the admin API refuses a tenant admin's change: 403 forbidden", put.status === 403 && put.body?.error?.code === "forbidden", put);
   });
 
   check("no script errors or Content-Security-Policy violations in the page", problems.length === 0, problems);

@@ -4,7 +4,7 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
 import type { ApiError, Budget } from "../api";
-import { followLink } from "../router";
+import { followLink, href } from "../router";
 import { count } from "../time";
 
 export function Link(props: { href: string; children: ComponentChildren; class?: string; current?: boolean }) {
@@ -75,6 +75,8 @@ export function ConfirmButton(props: {
   label: string;
   question: string;
   confirmLabel: string;
+  /** Shown on the confirming button while the change is made. */
+  busyLabel?: string;
   onConfirm: () => Promise<void>;
 }) {
   const [stage, setStage] = useState<"idle" | "asking" | "busy">("idle");
@@ -125,7 +127,7 @@ export function ConfirmButton(props: {
           }
         }}
       >
-        {stage === "busy" ? "Ending…" : props.confirmLabel}
+        {stage === "busy" ? (props.busyLabel ?? "Ending…") : props.confirmLabel}
       </button>
       <button type="button" ref={cancel} disabled={stage === "busy"} onClick={back}>
         Cancel
@@ -171,5 +173,73 @@ export function Freshness(props: {
     <span class="freshness">
       Updated {time}; refreshes every {props.periodMs / 1000} s
     </span>
+  );
+}
+
+/**
+ * What has been spent of a quota, as a bar with the numbers written out;
+ * without a quota, the spending alone.
+ */
+export function QuotaBar(props: { label: string; spent: number; quota: number | null }) {
+  const { spent, quota } = props;
+  if (quota === null) {
+    return (
+      <div class="quota">
+        <span class="quota-text">
+          <b>{count(spent)}</b> spent · no quota
+        </span>
+      </div>
+    );
+  }
+  const share = quota > 0 ? spent / quota : 0;
+  const over = spent >= quota;
+  const percent = Math.round(share * 100);
+  const words = `${count(spent)} of ${count(quota)} tokens spent (${percent}%)${over ? ", quota reached" : ""}`;
+  return (
+    <div class="quota">
+      <div class={`bar quota-bar${over ? " quota-over" : ""}`} role="img" aria-label={`${props.label}: ${words}`}>
+        <span class="bar-used" style={{ width: `${Math.min(100, share * 100)}%` }} />
+      </div>
+      <span class="quota-text" aria-hidden="true">
+        <b>{count(spent)}</b> of {count(quota)} ({percent}%){over ? " · quota reached" : ""}
+      </span>
+    </div>
+  );
+}
+
+/** The pages of one tenant, as tabs under its heading's breadcrumb. */
+export function TenantNav(props: { tenant: string; current: "sessions" | "limits" | "usage" | "audit" }) {
+  const { tenant, current } = props;
+  const tabs: [string, string, string][] = [
+    ["sessions", "Sessions", href("sessions", { tenant })],
+    ["limits", "Limits", href("limits", { tenant })],
+    ["usage", "Usage", href("usage", { tenant })],
+    ["audit", "Changes", href("audit", { tenant })],
+  ];
+  return (
+    <nav aria-label={`Tenant ${tenant}`} class="tabs">
+      {tabs.map(([page, label, to]) => (
+        <Link key={page} href={to} current={page === current}>
+          {label}
+        </Link>
+      ))}
+    </nav>
+  );
+}
+
+/** The breadcrumb of a tenant's page: Tenants › tenant › page. */
+export function TenantCrumbs(props: { tenant: string; page?: string }) {
+  return (
+    <nav aria-label="Breadcrumb" class="crumbs">
+      <Link href={href("")}>Tenants</Link> <span aria-hidden="true">›</span>{" "}
+      {props.page ? (
+        <>
+          <Link href={href("sessions", { tenant: props.tenant })}>{props.tenant}</Link>{" "}
+          <span aria-hidden="true">›</span> {props.page}
+        </>
+      ) : (
+        props.tenant
+      )}
+    </nav>
   );
 }

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 
 import { admin, type AuditEntry } from "../api";
-import { ErrorNote, Freshness, Link } from "../components/ui";
+import { ErrorNote, Freshness, Link, TenantNav } from "../components/ui";
 import { usePoll } from "../poll";
 import { href, navigate } from "../router";
 import { clock } from "../time";
@@ -10,8 +10,9 @@ import { PageHeading } from "./page";
 
 const PERIOD = 5000;
 
-function detailText(detail: unknown): string {
+function detailText(action: string, detail: unknown): string {
   if (detail && typeof detail === "object" && !Array.isArray(detail)) {
+    if (action === "limits.update" && Object.keys(detail).length === 0) return "every override removed";
     return Object.entries(detail as Record<string, unknown>)
       .map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`)
       .join(", ");
@@ -28,6 +29,9 @@ function Target({ entry }: { entry: AuditEntry }) {
   if (entry.tenant && entry.action.startsWith("branch.") && typeof detail.session_id === "string") {
     const to = href("session", { tenant: entry.tenant, id: detail.session_id, branch: entry.target });
     return <Link href={to}>{entry.target}</Link>;
+  }
+  if (entry.tenant && entry.action.startsWith("limits.")) {
+    return <Link href={href("limits", { tenant: entry.tenant })}>{entry.target}</Link>;
   }
   return <>{entry.target}</>;
 }
@@ -51,6 +55,7 @@ export function Audit({ token, identity, location }: PageProps) {
       <PageHeading title={tenant ? <>Audit log of {tenant}</> : "Audit log"}>
         <Freshness updatedAt={audit.updatedAt} periodMs={PERIOD} failing={Boolean(audit.error)} />
       </PageHeading>
+      {tenant ? <TenantNav tenant={tenant} current="audit" /> : null}
       <p class="muted">Changes made through the admin API, newest first.</p>
       {deployment ? (
         <form
@@ -109,7 +114,7 @@ export function Audit({ token, identity, location }: PageProps) {
                   <td class="mono wrap">
                     <Target entry={e} />
                   </td>
-                  <td class="wrap">{detailText(e.detail)}</td>
+                  <td class="wrap">{detailText(e.action, e.detail)}</td>
                 </tr>
               ))}
             </tbody>

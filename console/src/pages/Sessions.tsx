@@ -1,7 +1,15 @@
 import { useState } from "preact/hooks";
 
 import { admin } from "../api";
-import { BudgetBar, ErrorNote, Freshness, Link, Status } from "../components/ui";
+import {
+  BudgetBar,
+  ErrorNote,
+  Freshness,
+  Link,
+  Status,
+  TenantCrumbs,
+  TenantNav,
+} from "../components/ui";
 import { usePoll, useTick } from "../poll";
 import { href, navigate } from "../router";
 import { ago, clock, count } from "../time";
@@ -27,12 +35,11 @@ export function Sessions({ token, location }: PageProps) {
 
   return (
     <>
-      <nav aria-label="Breadcrumb" class="crumbs">
-        <Link href={href("")}>Tenants</Link> <span aria-hidden="true">›</span> {tenant}
-      </nav>
+      <TenantCrumbs tenant={tenant} />
       <PageHeading title={<>Sessions of {tenant}</>}>
         <Freshness updatedAt={sessions.updatedAt} periodMs={PERIOD} failing={Boolean(sessions.error)} />
       </PageHeading>
+      <TenantNav tenant={tenant} current="sessions" />
       <div class="toolbar">
         <label>
           Show{" "}
@@ -48,7 +55,6 @@ export function Sessions({ token, location }: PageProps) {
             <option value="all">all sessions</option>
           </select>
         </label>
-        <Link href={href("audit", { tenant })}>Changes to {tenant}</Link>
       </div>
       <ErrorNote error={sessions.error} context="Could not read the sessions" />
       {list && list.length === 0 ? (

@@ -30,7 +30,7 @@ export function Tenants({ token }: PageProps) {
                 <th scope="col" class="num">Open sessions</th>
                 <th scope="col" class="num">Active branches</th>
                 <th scope="col" class="num">Tokens today (UTC)</th>
-                <th scope="col">Audit</th>
+                <th scope="col">Limits, usage and changes</th>
               </tr>
             </thead>
             <tbody>
@@ -42,7 +42,13 @@ export function Tenants({ token }: PageProps) {
                   <td class="num">{count(t.open_sessions)}</td>
                   <td class="num">{count(t.active_branches)}</td>
                   <td class="num">{count(t.tokens_today)}</td>
-                  <td>
+                  <td class="links">
+                    <Link href={href("limits", { tenant: t.tenant })}>
+                      Limits<span class="visually-hidden"> of {t.tenant}</span>
+                    </Link>
+                    <Link href={href("usage", { tenant: t.tenant })}>
+                      Usage<span class="visually-hidden"> of {t.tenant}</span>
+                    </Link>
                     <Link href={href("audit", { tenant: t.tenant })}>
                       Changes<span class="visually-hidden"> to {t.tenant}</span>
                     </Link>
