@@ -77,9 +77,9 @@ run() {
     local name=$1 days=$2
     config "$days" >"$OUT/$name.toml"
     local started=$SECONDS
-    "$BENCH" --spawn-gateway "$FOLDGATE" --database-url "$DB" --config "$OUT/$name.toml" \
-        --log "$OUT/$name.log" --mode fold --agents 16 --warmup 2s --duration "$DURATION" \
-        --report "$OUT/$name.json" >"$OUT/$name.txt" 2>&1
+    "$BENCH" run --spawn-gateway "$FOLDGATE" --database-url "$DB" --gateway-config "$OUT/$name.toml" \
+        --gateway-log "$OUT/$name.log" --mode fold --agents 16 --warmup 2s --duration "$DURATION" \
+        --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1
     echo "== $name ($((SECONDS - started)) s)"
     grep -E "branch_create|branch_return|cycles" "$OUT/$name.txt" || cat "$OUT/$name.txt"
 }

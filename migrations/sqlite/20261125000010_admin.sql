@@ -63,12 +63,18 @@ DROP TABLE branches;
 ALTER TABLE branches_rebuilt RENAME TO branches;
 
 CREATE INDEX branches_by_session ON branches (tenant_id, session_id, created_at);
-CREATE INDEX branches_by_parent ON branches (parent_id) WHERE status = 'active';
+-- Deleting a branch checks that no branch has it as its parent, and no
+-- call row refers to it: both checks need indexes led by the referring
+-- column (the Postgres migration 11 does the same).
+CREATE INDEX branches_by_parent_id ON branches (parent_id);
 CREATE INDEX branches_due ON branches (deadline_at) WHERE status = 'active';
 CREATE INDEX branches_exhausted ON branches (exhausted_at) WHERE status = 'active' AND exhausted_at IS NOT NULL;
 CREATE INDEX branches_extract ON branches (completed_at) WHERE extract = 'pending';
 CREATE INDEX branches_ended_roots ON branches (completed_at) WHERE parent_id IS NULL;
 CREATE INDEX sessions_ended ON sessions (ended_at) WHERE status = 'ended';
+
+DROP INDEX branch_calls_by_branch;
+CREATE INDEX branch_calls_by_branch_id ON branch_calls (branch_id, called_at);
 
 CREATE TABLE audit_log (
     id           BLOB PRIMARY KEY,

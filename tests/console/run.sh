@@ -26,42 +26,8 @@ FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL $*"; }
 
-PIDS=()
-TMPDIRS=()
-cleanup() {
-  local pid dir
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  for dir in "${TMPDIRS[@]}"; do
-    rm -rf "$dir"
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-}
-
-# foldgate runs with no FOLDGATE_* or DATABASE_URL from the caller's environment.
-clean_env=()
-while IFS= read -r name; do
-  case "$name" in FOLDGATE_* | DATABASE_URL) clean_env+=(-u "$name") ;; esac
-done < <(compgen -e)
+# shellcheck source=tests/servers.sh
+source "$ROOT/tests/servers.sh"
 
 # --- prerequisites ----------------------------------------------------------------------
 log "prerequisites"

@@ -43,45 +43,8 @@ FAILURES=()
 pass() { PASSED=$((PASSED + 1)); echo "PASS $*"; }
 fail() { FAILED=$((FAILED + 1)); FAILURES+=("$*"); echo "FAIL $*"; }
 
-# --- background servers, always stopped on exit ------------------------------------------
-PIDS=()
-TMPDIRS=()
-cleanup() {
-  local pid dir
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  for dir in "${TMPDIRS[@]}"; do
-    rm -rf "$dir"
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Free loopback ports: bind port 0 several times at once, report, release.
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-}
-
-# Run foldgate with no FOLDGATE_* or DATABASE_URL from the caller's environment, so that
-# "zero configuration" really is zero configuration.
-clean_env=()
-while IFS= read -r name; do
-  case "$name" in FOLDGATE_* | DATABASE_URL) clean_env+=(-u "$name") ;; esac
-done < <(compgen -e)
+# shellcheck source=tests/servers.sh
+source "$ROOT/tests/servers.sh"
 
 # start_server DIR ARGS... : start `foldgate serve ARGS` in DIR, stdout to DIR/stdout.
 start_server() {

@@ -63,9 +63,10 @@ impl RetentionConfig {
     }
 }
 
-/// A pause between two batches, so that the folding path's transactions
-/// (on SQLite, its one writer) get the database in between.
-const PAUSE: Duration = Duration::from_millis(20);
+/// The shortest pause between two batches, so that the folding path's
+/// transactions (on SQLite, its one writer) get the database in between;
+/// the pause is otherwise as long as the batch took.
+const MIN_PAUSE: Duration = Duration::from_millis(20);
 
 /// What one pass deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -86,7 +87,7 @@ fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
 
 /// Runs `step` (one batch) until a batch deletes fewer than `batch_size`
 /// rows (`size` says how many it deleted) or `max_batches` ran, pausing
-/// between batches; returns each batch's result.
+/// between batches as long as the batch took; returns each batch's result.
 async fn in_batches<T, Fut>(
     config: &RetentionConfig,
     mut step: impl FnMut() -> Fut,
@@ -97,13 +98,16 @@ where
 {
     let mut done = Vec::new();
     for _ in 0..config.max_batches {
+        let started = tokio::time::Instant::now();
         let result = step().await?;
         let full = size(&result) >= u64::from(config.batch_size);
         done.push(result);
         if !full {
             break;
         }
-        tokio::time::sleep(PAUSE).await;
+        // As long as the batch took: retention keeps the database busy at
+        // most half the time, leaving the rest to folding.
+        tokio::time::sleep(started.elapsed().max(MIN_PAUSE)).await;
     }
     Ok(done)
 }

@@ -120,8 +120,7 @@ where
                     &mut pruned.calls,
                     concat!(
                         doomed_trees!(),
-                        "DELETE FROM branch_calls \
-                         WHERE (tenant_id, branch_id) IN (SELECT tenant_id, id FROM doomed)"
+                        "DELETE FROM branch_calls WHERE branch_id IN (SELECT id FROM doomed)"
                     ),
                 ),
                 (
