@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use axum::{Json, extract::State};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use foldgate_domain::{TenantId, TenantSettings, Tokens};
+use foldgate_engine::Rules;
 use foldgate_store::{AuditEntry, UsageKind, UsageLine};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -47,6 +48,24 @@ pub struct EffectiveLimits {
     pub tokens_per_month: Option<Tokens>,
 }
 
+impl EffectiveLimits {
+    fn of(rules: &Rules) -> Self {
+        Self {
+            max_active_per_session: rules.limits.max_active_per_session,
+            max_active_per_tenant: rules.limits.max_active_per_tenant,
+            creations_per_minute: rules.limits.creations_per_minute,
+            max_depth: rules.max_depth,
+            default_budget: rules.budget.default_budget,
+            max_budget: rules.budget.max_budget,
+            session_budget: rules.budget.session_budget,
+            models: rules.settings.models.clone(),
+            upstreams: rules.settings.upstreams.clone(),
+            tokens_per_day: rules.settings.tokens_per_day,
+            tokens_per_month: rules.settings.tokens_per_month,
+        }
+    }
+}
+
 /// A tenant's limits: its overrides, what they come to, and what it spent
 /// towards its quotas.
 #[derive(Debug, Serialize, ToSchema)]
@@ -55,6 +74,8 @@ pub struct LimitsView {
     /// What an operator set for the tenant (empty: nothing).
     pub overrides: TenantSettings,
     pub effective: EffectiveLimits,
+    /// The deployment's own settings, which a field left out keeps.
+    pub deployment: EffectiveLimits,
     /// Tokens counted towards the quotas today and this month (UTC), as
     /// written by every replica (each writes what it counted every second
     /// or so).
@@ -70,6 +91,7 @@ async fn limits_view(state: &AdminState, tenant: &TenantId) -> Result<LimitsView
     let stored = store.tenant_settings(tenant).await?;
     let overrides = stored.as_ref().map(|s| s.settings.clone()).unwrap_or_default();
     let rules = state.service.tenant_rules().rules_for(overrides.clone());
+    let base = state.service.tenant_rules().rules_for(TenantSettings::default());
     let today = state.service.clock().now().date_naive();
     let month_start = today.with_day(1).unwrap_or(today);
     let lines = store.usage(tenant, month_start, today).await?;
@@ -79,19 +101,8 @@ async fn limits_view(state: &AdminState, tenant: &TenantId) -> Result<LimitsView
     let spent_today = lines.iter().filter(spend).filter(|l| l.day == today).map(tokens).sum();
     Ok(LimitsView {
         tenant: tenant.to_string(),
-        effective: EffectiveLimits {
-            max_active_per_session: rules.limits.max_active_per_session,
-            max_active_per_tenant: rules.limits.max_active_per_tenant,
-            creations_per_minute: rules.limits.creations_per_minute,
-            max_depth: rules.max_depth,
-            default_budget: rules.budget.default_budget,
-            max_budget: rules.budget.max_budget,
-            session_budget: rules.budget.session_budget,
-            models: overrides.models.clone(),
-            upstreams: overrides.upstreams.clone(),
-            tokens_per_day: overrides.tokens_per_day,
-            tokens_per_month: overrides.tokens_per_month,
-        },
+        effective: EffectiveLimits::of(&rules),
+        deployment: EffectiveLimits::of(&base),
         overrides,
         spent_today,
         spent_this_month,

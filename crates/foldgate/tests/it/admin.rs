@@ -301,6 +301,8 @@ async fn limits_apply_on_every_replica_without_a_restart(backend: Backend) {
     assert_eq!(status, StatusCode::OK, "{set}");
     assert_eq!(set["overrides"], wanted);
     assert_eq!(set["effective"]["max_budget"], 1000);
+    assert_eq!(set["deployment"], before["deployment"], "the deployment's own stay");
+    assert_eq!(set["deployment"]["default_budget"].as_u64(), Some(default_budget));
     assert_eq!(set["updated_by"]["subject"], "root");
 
     // The other replica applies them within seconds.
