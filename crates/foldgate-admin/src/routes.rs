@@ -159,16 +159,16 @@ pub async fn session(
     Ok(Json(SessionDetail::new(&session, &branches)))
 }
 
-/// Writes what an operator is about to change to the audit log.
-pub(crate) async fn audit(
+/// The audit entry of a change an operator makes now.
+pub(crate) fn audit_entry(
     state: &AdminState,
     operator: &Operator,
     tenant: Option<&TenantId>,
     action: &str,
     target: String,
     detail: serde_json::Value,
-) -> Result<(), AdminError> {
-    let entry = AuditEntry {
+) -> AuditEntry {
+    AuditEntry {
         id: Uuid::now_v7(),
         at: state.service.clock().now(),
         actor: operator.principal.clone(),
@@ -176,11 +176,28 @@ pub(crate) async fn audit(
         action: action.to_owned(),
         target,
         detail,
-    };
-    state.service.store().record_audit(&entry).await?;
+    }
+}
+
+/// Logs a change once its audit entry is written.
+pub(crate) fn log_change(entry: &AuditEntry) {
     tracing::info!(actor = %entry.actor.subject, actor_tenant = %entry.actor.tenant,
-        tenant = ?entry.tenant.as_ref().map(TenantId::as_str), action, target = %entry.target,
-        "admin change");
+        tenant = ?entry.tenant.as_ref().map(TenantId::as_str), action = %entry.action,
+        target = %entry.target, "admin change");
+}
+
+/// Writes what an operator is about to change to the audit log.
+async fn audit(
+    state: &AdminState,
+    operator: &Operator,
+    tenant: Option<&TenantId>,
+    action: &str,
+    target: String,
+    detail: serde_json::Value,
+) -> Result<(), AdminError> {
+    let entry = audit_entry(state, operator, tenant, action, target, detail);
+    state.service.store().record_audit(&entry).await?;
+    log_change(&entry);
     Ok(())
 }
 

@@ -11,17 +11,16 @@ use axum::{Json, extract::State};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use foldgate_domain::{TenantId, TenantSettings, Tokens};
 use foldgate_engine::Rules;
-use foldgate_store::{AuditEntry, UsageKind, UsageLine};
+use foldgate_store::{UsageKind, UsageLine};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use crate::{
     AdminState,
     access::Operator,
     error::{AdminError, ErrorBody},
     extract::{BodyOf, Params, QueryOf},
-    routes::TenantPath,
+    routes::{TenantPath, audit_entry, log_change},
     views::ActorView,
 };
 
@@ -157,18 +156,12 @@ pub async fn put_limits(
     settings
         .validate(base)
         .map_err(|e| AdminError::BadRequest(format!("`{}` {}", e.field, e.reason)))?;
-    let entry = AuditEntry {
-        id: Uuid::now_v7(),
-        at: state.service.clock().now(),
-        actor: operator.principal.clone(),
-        tenant: Some(tenant.clone()),
-        action: "limits.update".to_owned(),
-        target: tenant.to_string(),
-        detail: serde_json::to_value(&settings).unwrap_or_default(),
-    };
+    let detail = serde_json::to_value(&settings).unwrap_or_default();
+    let entry =
+        audit_entry(&state, &operator, Some(&tenant), "limits.update", tenant.to_string(), detail);
+    // The change and its entry are written in one transaction.
     state.service.store().put_tenant_settings(&tenant, &settings, &entry).await?;
-    tracing::info!(actor = %entry.actor.subject, actor_tenant = %entry.actor.tenant,
-        tenant = %tenant, action = "limits.update", "admin change");
+    log_change(&entry);
     Ok(Json(limits_view(&state, &tenant).await?))
 }
 
