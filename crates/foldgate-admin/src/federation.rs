@@ -1,18 +1,51 @@
-//! The upstream MCP servers and model providers a deployment fronts, and
-//! whether each upstream answers: `GET /upstreams` and `GET /models`.
-//! These come from the configuration file and are read-only here.
+//! The upstream MCP servers and model providers a deployment fronts, with
+//! how each is doing on this replica: `GET /upstreams` and `GET /models`.
+//! Those of the configuration file are read-only here; others are
+//! registered (`POST`) and removed (`DELETE`) through this API, kept in the
+//! database and live on every replica within seconds ([`crate::sync`]).
 
-use axum::{Json, extract::State};
+use axum::{Json, extract::State, http::StatusCode};
+use chrono::{DateTime, Utc};
 use foldgate_domain::TenantId;
-use serde::Serialize;
+use foldgate_runner::{Model, ModelConfig, ModelHealth, ModelOrigin};
+use foldgate_store::{Registration, RegistrationKind};
+use foldgate_upstream::{Origin, Upstream, UpstreamConfig};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::{AdminState, access::Operator, error::AdminError};
+use crate::{
+    AdminState,
+    access::Operator,
+    error::AdminError,
+    extract::{BodyOf, Params},
+    routes::{audit_entry, log_change},
+};
 
-/// Where a registration comes from.
-const FROM_CONFIG: &str = "config";
+/// Where a declaration comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The configuration file: read-only here.
+    Config,
+    /// Registered through this API: kept in the database.
+    Api,
+}
 
-/// An upstream MCP server and its health.
+/// Who registered a declaration, and when (absent for the configuration's).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Registered {
+    pub at: DateTime<Utc>,
+    /// `<tenant>/<subject>` of the token.
+    pub by: String,
+}
+
+impl From<&Registration> for Registered {
+    fn from(r: &Registration) -> Self {
+        Self { at: r.created_at, by: format!("{}/{}", r.created_by.tenant, r.created_by.subject) }
+    }
+}
+
+/// An upstream MCP server and its health on this replica.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UpstreamView {
     /// Its tools are `<name>__<tool>`.
@@ -23,14 +56,17 @@ pub struct UpstreamView {
     pub tenants: Option<Vec<String>>,
     /// Its tools agents may call; absent: all it lists.
     pub tools_allowed: Option<Vec<String>>,
+    /// The headers foldgate sends it (names only).
+    pub headers: Vec<String>,
     /// Whether it answered its last listing or call.
     pub up: bool,
     /// Tools it offers agents now (those its allow-list keeps).
     pub tools: usize,
-    /// What went wrong last, while it does not answer.
+    /// What went wrong last, while it does not answer; for a registration
+    /// this replica cannot use (an environment variable it lacks), why.
     pub last_error: Option<String>,
-    /// `config`: the configuration file (read-only here).
-    pub source: &'static str,
+    pub source: Source,
+    pub registered: Option<Registered>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -38,7 +74,31 @@ pub struct UpstreamList {
     pub upstreams: Vec<UpstreamView>,
 }
 
-/// A model provider entry (`[[models]]`).
+/// What a model's calls on this replica have shown since it started.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelHealthView {
+    /// Attempts made (each retry is one).
+    pub attempts: u64,
+    pub failures: u64,
+    pub last_ok_at: Option<DateTime<Utc>>,
+    /// The last failure's kind and detail (never the key).
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
+}
+
+impl From<ModelHealth> for ModelHealthView {
+    fn from(h: ModelHealth) -> Self {
+        Self {
+            attempts: h.attempts,
+            failures: h.failures,
+            last_ok_at: h.last_ok_at,
+            last_error: h.last_error,
+            last_error_at: h.last_error_at,
+        }
+    }
+}
+
+/// A model provider entry.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ModelView {
     pub name: String,
@@ -52,7 +112,13 @@ pub struct ModelView {
     pub tenants: Option<Vec<String>>,
     /// An embeddings model (for the memory), never run by `branch_run`.
     pub embeddings: bool,
-    pub source: &'static str,
+    /// Its calls on this replica; absent while this replica cannot use it.
+    pub health: Option<ModelHealthView>,
+    /// Why this replica cannot use a registration (an environment variable
+    /// it lacks), if it cannot.
+    pub error: Option<String>,
+    pub source: Source,
+    pub registered: Option<Registered>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -75,8 +141,73 @@ fn serves(tenants: Option<&[String]>, tenant: &TenantId) -> bool {
     tenants.is_none_or(|list| list.iter().any(|t| t == tenant.as_str()))
 }
 
+/// The registrations of one kind, each with its declaration.
+async fn registrations<T: serde::de::DeserializeOwned>(
+    state: &AdminState,
+    kind: RegistrationKind,
+) -> Result<Vec<(Registration, T)>, AdminError> {
+    let rows = state.service.store().registrations().await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.kind == kind)
+        .filter_map(|r| {
+            let declared = serde_json::from_value(r.spec.clone()).ok()?;
+            Some((r, declared))
+        })
+        .collect())
+}
+
+fn upstream_view(
+    config: &UpstreamConfig,
+    live: Option<&Upstream>,
+    error: Option<String>,
+    registration: Option<&Registration>,
+) -> UpstreamView {
+    let (up, tools, last_error) = match live {
+        Some(upstream) => upstream.health(),
+        None => (false, 0, Some(error.unwrap_or_else(|| NOT_LOADED.to_owned()))),
+    };
+    UpstreamView {
+        name: config.name.clone(),
+        url: shown(&config.url),
+        tenants: config.tenants.clone(),
+        tools_allowed: config.tools.clone(),
+        headers: config.headers.keys().cloned().collect(),
+        up,
+        tools,
+        last_error,
+        source: if registration.is_some() { Source::Api } else { Source::Config },
+        registered: registration.map(Registered::from),
+    }
+}
+
+fn model_view(
+    config: &ModelConfig,
+    live: Option<&Model>,
+    error: Option<String>,
+    registration: Option<&Registration>,
+) -> ModelView {
+    ModelView {
+        name: config.name.clone(),
+        provider: config.provider.as_str(),
+        model: config.model.clone(),
+        base_url: shown(&config.base_url),
+        tenants: config.tenants.clone(),
+        embeddings: config.embeddings,
+        health: live.map(|m| m.health().into()),
+        error: if live.is_some() { None } else { Some(error.unwrap_or_else(|| NOT_LOADED.into())) },
+        source: if registration.is_some() { Source::Api } else { Source::Config },
+        registered: registration.map(Registered::from),
+    }
+}
+
+/// A registration this replica has not read yet (it reads them every few
+/// seconds).
+const NOT_LOADED: &str = "registered; not loaded on this replica yet";
+
 /// The upstream MCP servers (a tenant admin: those serving its tenant),
-/// with whether each answers.
+/// with whether each answers on this replica: the configuration file's,
+/// then those registered through this API.
 #[utoipa::path(
     get, path = "/upstreams", tag = "federation",
     responses((status = 200, body = UpstreamList)),
@@ -87,31 +218,33 @@ pub async fn upstreams(
 ) -> Result<Json<UpstreamList>, AdminError> {
     let only = operator.only_tenant();
     let rules = only.map(|t| state.service.tenant_rules().of(t));
-    let upstreams = state
-        .upstreams
+    let visible = |config: &UpstreamConfig| {
+        only.is_none_or(|t| serves(config.tenants.as_deref(), t))
+            && rules.as_ref().is_none_or(|r| r.allows_upstream(&config.name))
+    };
+    let live = state.upstreams.snapshot();
+    let unbuilt = state.upstreams.unbuilt();
+    let mut list: Vec<UpstreamView> = live
         .iter()
-        .filter(|u| {
-            only.is_none_or(|t| serves(u.config.tenants.as_deref(), t))
-                && rules.as_ref().is_none_or(|r| r.allows_upstream(u.name()))
-        })
-        .map(|u| {
-            let (up, tools, last_error) = u.health();
-            UpstreamView {
-                name: u.config.name.clone(),
-                url: shown(&u.config.url),
-                tenants: u.config.tenants.clone(),
-                tools_allowed: u.config.tools.clone(),
-                up,
-                tools,
-                last_error,
-                source: FROM_CONFIG,
-            }
-        })
+        .filter(|u| u.origin == Origin::Config && visible(&u.config))
+        .map(|u| upstream_view(&u.config, Some(u), None, None))
         .collect();
-    Ok(Json(UpstreamList { upstreams }))
+    for (registration, config) in
+        registrations::<UpstreamConfig>(&state, RegistrationKind::Upstream).await?
+    {
+        if !visible(&config) {
+            continue;
+        }
+        let built = live.iter().find(|u| u.origin == Origin::Registered && u.config == config);
+        let error = unbuilt.iter().find(|(n, _)| *n == config.name).map(|(_, e)| e.clone());
+        list.push(upstream_view(&config, built.map(AsRef::as_ref), error, Some(&registration)));
+    }
+    Ok(Json(UpstreamList { upstreams: list }))
 }
 
-/// The model providers (a tenant admin: those serving its tenant).
+/// The model providers (a tenant admin: those serving its tenant), with
+/// how their calls went on this replica: the configuration file's, then
+/// those registered through this API.
 #[utoipa::path(
     get, path = "/models", tag = "federation",
     responses((status = 200, body = ModelList)),
@@ -122,24 +255,216 @@ pub async fn models(
 ) -> Result<Json<ModelList>, AdminError> {
     let only = operator.only_tenant();
     let rules = only.map(|t| state.service.tenant_rules().of(t));
-    let models = state
-        .models
-        .configs()
-        .filter(|m| {
-            only.is_none_or(|t| serves(m.tenants.as_deref(), t))
-                && rules.as_ref().is_none_or(|r| r.allows_model(&m.name))
-        })
-        .map(|m| ModelView {
-            name: m.name.clone(),
-            provider: m.provider.as_str(),
-            model: m.model.clone(),
-            base_url: shown(&m.base_url),
-            tenants: m.tenants.clone(),
-            embeddings: m.embeddings,
-            source: FROM_CONFIG,
-        })
+    let visible = |config: &ModelConfig| {
+        only.is_none_or(|t| serves(config.tenants.as_deref(), t))
+            && rules.as_ref().is_none_or(|r| r.allows_model(&config.name))
+    };
+    let live = state.models.snapshot();
+    let unbuilt = state.models.unbuilt();
+    let mut list: Vec<ModelView> = live
+        .iter()
+        .filter(|m| m.origin == ModelOrigin::Config && visible(&m.config))
+        .map(|m| model_view(&m.config, Some(m), None, None))
         .collect();
-    Ok(Json(ModelList { models }))
+    for (registration, config) in
+        registrations::<ModelConfig>(&state, RegistrationKind::Model).await?
+    {
+        if !visible(&config) {
+            continue;
+        }
+        let built = live.iter().find(|m| m.origin == ModelOrigin::Registered && m.config == config);
+        let error = unbuilt.iter().find(|(n, _)| *n == config.name).map(|(_, e)| e.clone());
+        list.push(model_view(&config, built.map(AsRef::as_ref), error, Some(&registration)));
+    }
+    Ok(Json(ModelList { models: list }))
+}
+
+/// A registration's name, in the path.
+#[derive(Debug, Deserialize)]
+pub struct NamePath {
+    pub name: String,
+}
+
+/// Registers an upstream MCP server: the fields of an `[[upstreams]]`
+/// entry. Credentials (header values, the OAuth client's id and secret)
+/// must be `${VAR}` references to environment variables named with the
+/// `[admin] credential_env_prefix` and set on every replica. Live on every
+/// replica within seconds. `foldgate:admin` only.
+#[utoipa::path(
+    post, path = "/upstreams", tag = "federation",
+    request_body = UpstreamConfig,
+    responses(
+        (status = 201, body = UpstreamView),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody),
+    ),
+)]
+pub async fn register_upstream(
+    State(state): State<AdminState>,
+    operator: Operator,
+    BodyOf(config): BodyOf<UpstreamConfig>,
+) -> Result<(StatusCode, Json<UpstreamView>), AdminError> {
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    config
+        .validate_registered(&state.config.credential_env_prefix)
+        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    let configured = state.upstreams.snapshot();
+    if configured.iter().any(|u| u.origin == Origin::Config && u.config.name == config.name) {
+        return Err(from_config("upstream", &config.name));
+    }
+    state
+        .upstreams
+        .check(&config, |var| std::env::var(var).ok())
+        .map_err(|e| AdminError::BadRequest(format!("on this replica: {e}")))?;
+    let registration =
+        add(&state, &operator, RegistrationKind::Upstream, &config.name, &config).await?;
+    Ok((StatusCode::CREATED, Json(upstream_view(&config, None, None, Some(&registration)))))
+}
+
+/// Registers a chat model: the fields of a `[[models]]` entry (embeddings
+/// models are declared in the configuration file only). The key must be a
+/// `${VAR}` reference, as for upstreams. `foldgate:admin` only.
+#[utoipa::path(
+    post, path = "/models", tag = "federation",
+    request_body = ModelConfig,
+    responses(
+        (status = 201, body = ModelView),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody),
+    ),
+)]
+pub async fn register_model(
+    State(state): State<AdminState>,
+    operator: Operator,
+    BodyOf(config): BodyOf<ModelConfig>,
+) -> Result<(StatusCode, Json<ModelView>), AdminError> {
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    config
+        .validate_registered(&state.config.credential_env_prefix)
+        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    let configured = state.models.snapshot();
+    if configured.iter().any(|m| m.origin == ModelOrigin::Config && m.config.name == config.name) {
+        return Err(from_config("model", &config.name));
+    }
+    state
+        .models
+        .check(&config, |var| std::env::var(var).ok())
+        .map_err(|e| AdminError::BadRequest(format!("on this replica: {e}")))?;
+    let registration =
+        add(&state, &operator, RegistrationKind::Model, &config.name, &config).await?;
+    Ok((StatusCode::CREATED, Json(model_view(&config, None, None, Some(&registration)))))
+}
+
+/// Removes a registered upstream from every replica. `foldgate:admin` only.
+#[utoipa::path(
+    delete, path = "/upstreams/{name}", tag = "federation",
+    params(("name" = String, Path)),
+    responses(
+        (status = 204),
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody),
+    ),
+)]
+pub async fn remove_upstream(
+    State(state): State<AdminState>,
+    operator: Operator,
+    Params(path): Params<NamePath>,
+) -> Result<StatusCode, AdminError> {
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    let configured = state.upstreams.snapshot();
+    if configured.iter().any(|u| u.origin == Origin::Config && u.config.name == path.name) {
+        return Err(from_config("upstream", &path.name));
+    }
+    remove(&state, &operator, RegistrationKind::Upstream, &path.name).await
+}
+
+/// Removes a registered model from every replica. `foldgate:admin` only.
+#[utoipa::path(
+    delete, path = "/models/{name}", tag = "federation",
+    params(("name" = String, Path)),
+    responses(
+        (status = 204),
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody),
+    ),
+)]
+pub async fn remove_model(
+    State(state): State<AdminState>,
+    operator: Operator,
+    Params(path): Params<NamePath>,
+) -> Result<StatusCode, AdminError> {
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    let configured = state.models.snapshot();
+    if configured.iter().any(|m| m.origin == ModelOrigin::Config && m.config.name == path.name) {
+        return Err(from_config("model", &path.name));
+    }
+    remove(&state, &operator, RegistrationKind::Model, &path.name).await
+}
+
+fn from_config(kind: &str, name: &str) -> AdminError {
+    AdminError::Conflict {
+        code: "declared_in_config",
+        message: format!(
+            "the configuration file declares the {kind} {name:?}; it is read-only here"
+        ),
+    }
+}
+
+/// Keeps a registration (with its audit entry) and wakes this replica's
+/// sync, so that it is live here at once and elsewhere within seconds.
+async fn add(
+    state: &AdminState,
+    operator: &Operator,
+    kind: RegistrationKind,
+    name: &str,
+    declaration: &impl Serialize,
+) -> Result<Registration, AdminError> {
+    let spec =
+        serde_json::to_value(declaration).map_err(|e| AdminError::Internal(e.to_string()))?;
+    let registration = Registration {
+        kind,
+        name: name.to_owned(),
+        spec: spec.clone(),
+        created_at: state.service.clock().now(),
+        created_by: operator.principal.clone(),
+    };
+    let action = format!("{}.register", kind.as_str());
+    let entry = audit_entry(state, operator, None, &action, name.to_owned(), spec);
+    if !state.service.store().add_registration(&registration, &entry).await? {
+        return Err(AdminError::Conflict {
+            code: "already_registered",
+            message: format!("a {} named {name:?} is registered already", kind.as_str()),
+        });
+    }
+    log_change(&entry);
+    state.registrations_changed.activate();
+    Ok(registration)
+}
+
+async fn remove(
+    state: &AdminState,
+    operator: &Operator,
+    kind: RegistrationKind,
+    name: &str,
+) -> Result<StatusCode, AdminError> {
+    let action = format!("{}.remove", kind.as_str());
+    let entry = audit_entry(state, operator, None, &action, name.to_owned(), serde_json::json!({}));
+    if !state.service.store().remove_registration(kind, name, &entry).await? {
+        return Err(AdminError::NotFound("registration"));
+    }
+    log_change(&entry);
+    state.registrations_changed.activate();
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[cfg(test)]

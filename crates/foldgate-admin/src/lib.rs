@@ -12,8 +12,11 @@
 //!   allowed models and upstreams and token quotas, over the deployment's;
 //! - `GET /tenants/{tenant}/usage`: what it used, per day, upstream or
 //!   model;
-//! - `GET /upstreams`, `GET /models`: the upstream MCP servers (with
-//!   whether each answers) and model providers configured;
+//! - `GET`/`POST /upstreams`, `DELETE /upstreams/{name}`, and the same for
+//!   `/models`: the upstream MCP servers and model providers, with how each
+//!   is doing on this replica; those of the configuration file read-only,
+//!   others registered here, kept in the database and live on every replica
+//!   within seconds ([`sync`]);
 //! - `GET /audit`: every change made through this API, who made it, when;
 //! - `GET /openapi.json`: the OpenAPI document, generated from the types
 //!   in [`views`] and the handlers in [`routes`].
@@ -30,9 +33,10 @@ use axum::{
     extract::Request,
     middleware,
     response::IntoResponse,
-    routing::{Route, get, post},
+    routing::{Route, delete, get, post},
 };
 use foldgate_auth::AuthState;
+use foldgate_background::Activator;
 use foldgate_engine::FoldingService;
 use foldgate_runner::Models;
 use foldgate_upstream::Upstreams;
@@ -43,13 +47,16 @@ use utoipa::{
 };
 
 pub mod access;
+mod config;
 pub mod error;
 pub mod extract;
 pub mod federation;
 pub mod routes;
+pub mod sync;
 pub mod tenancy;
 pub mod views;
 
+pub use config::AdminConfig;
 pub use error::{AdminError, too_many_requests};
 
 /// Where the admin API is mounted.
@@ -61,8 +68,11 @@ pub struct AdminState {
     pub service: Arc<FoldingService>,
     /// The upstream MCP servers fronted.
     pub upstreams: Arc<Upstreams>,
-    /// The model providers configured.
+    /// The model providers.
     pub models: Arc<Models>,
+    pub config: Arc<AdminConfig>,
+    /// Wakes this replica's registration sync after a change here.
+    pub registrations_changed: Activator,
 }
 
 /// The admin API's OpenAPI document.
@@ -86,7 +96,11 @@ pub struct AdminState {
         tenancy::put_limits,
         tenancy::usage,
         federation::upstreams,
+        federation::register_upstream,
+        federation::remove_upstream,
         federation::models,
+        federation::register_model,
+        federation::remove_model,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -95,7 +109,8 @@ pub struct AdminState {
         (name = "sessions", description = "Sessions and their branch trees"),
         (name = "branches", description = "Ending a branch"),
         (name = "limits", description = "A tenant's limits, quotas and usage"),
-        (name = "federation", description = "Upstream MCP servers and model providers"),
+        (name = "federation", description = "Upstream MCP servers and model providers: \
+            health, registration and removal"),
         (name = "audit", description = "Changes made through this API"),
     ),
 )]
@@ -137,8 +152,10 @@ where
         .route("/tenants/{tenant}/branches/{branch_id}/end", post(routes::end_branch))
         .route("/tenants/{tenant}/limits", get(tenancy::limits).put(tenancy::put_limits))
         .route("/tenants/{tenant}/usage", get(tenancy::usage))
-        .route("/upstreams", get(federation::upstreams))
-        .route("/models", get(federation::models))
+        .route("/upstreams", get(federation::upstreams).post(federation::register_upstream))
+        .route("/upstreams/{name}", delete(federation::remove_upstream))
+        .route("/models", get(federation::models).post(federation::register_model))
+        .route("/models/{name}", delete(federation::remove_model))
         .route("/audit", get(routes::audit_log))
         .with_state(state)
         // Outermost last: authenticate, then limit.

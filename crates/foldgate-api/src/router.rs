@@ -10,7 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use foldgate_background::{Board, Driver};
+use foldgate_background::{Activator, Board, Driver};
 use foldgate_engine::FoldingService;
 use foldgate_telemetry::Prometheus;
 use rmcp::transport::streamable_http_server::{
@@ -48,6 +48,8 @@ pub struct Gateway {
     pub runner: Arc<foldgate_runner::Runner>,
     pub auth: AuthState,
     pub config: ApiConfig,
+    /// The admin API's settings (`[admin]`).
+    pub admin: foldgate_admin::AdminConfig,
     /// The canonical MCP URL (`public_url`, or derived from the listener).
     pub mcp_url: String,
     /// The token issuer, published in the protected resource metadata.
@@ -68,7 +70,8 @@ impl std::fmt::Debug for Gateway {
 }
 
 /// Builds the application, registering its background tasks (the rate
-/// limiter's cleanup, the database outage check) on `driver`.
+/// limiter's cleanup, the database outage check, the sync of the admin
+/// API's registrations) on `driver`.
 pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     let config = &gateway.config;
     let metadata_url: Arc<str> = gateway.auth.resource_metadata_url().into();
@@ -108,12 +111,16 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     let exchange_state =
         ExchangeState { guard: guard_state, metrics: gateway.metrics.mcp.clone(), outage };
     let limit = limit::layer(config.rate_limit, driver, gateway.metrics.rate_limited.clone())?;
+    let admin_state = foldgate_admin::AdminState {
+        service: Arc::clone(&gateway.service),
+        upstreams: Arc::clone(&gateway.upstreams),
+        models: Arc::clone(gateway.runner.models()),
+        config: Arc::new(gateway.admin.clone()),
+        registrations_changed: Activator::new(),
+    };
+    foldgate_admin::sync::register(driver, &admin_state);
     let admin = foldgate_admin::router(
-        foldgate_admin::AdminState {
-            service: Arc::clone(&gateway.service),
-            upstreams: Arc::clone(&gateway.upstreams),
-            models: Arc::clone(gateway.runner.models()),
-        },
+        admin_state,
         gateway.auth.clone().with_rejections(gateway.metrics.auth_rejected.clone()),
         limit::answering(
             limit.clone(),

@@ -4,7 +4,7 @@
 use std::{
     collections::BTreeMap,
     future::poll_fn,
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     task::Poll,
     time::{Duration, Instant},
 };
@@ -79,18 +79,75 @@ struct Entry {
     def: TaskDef,
     task: Box<dyn BackgroundTask>,
     cell: Arc<Cell>,
+    /// Cancelled when its [`TaskHandle`] is dropped; never, for a task
+    /// registered for the gateway's whole life.
+    own: CancellationToken,
+}
+
+/// What the driver, its spawners and the running tasks share.
+struct Shared {
+    board: Board,
+    metrics: Metrics,
+    phase: Mutex<Phase>,
+}
+
+enum Phase {
+    /// Tasks wait for [`Driver::start`].
+    Registering(Vec<Entry>),
+    Started {
+        /// The driver's one cancellation token: each stage's is its child.
+        cancel: CancellationToken,
+        stages: BTreeMap<StopOrder, Stage>,
+        /// Stages up to this order are stopped: tasks spawned into them now
+        /// never run.
+        stopped_through: Option<StopOrder>,
+    },
+}
+
+impl Shared {
+    fn phase(&self) -> MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a task, stopped with its stage or when `own` is cancelled:
+    /// queued before the start, running at once after it. Its board entry,
+    /// if it will run.
+    fn add(
+        &self,
+        def: TaskDef,
+        task: Box<dyn BackgroundTask>,
+        own: CancellationToken,
+    ) -> Option<Arc<Cell>> {
+        let cell = Cell::new(def.report());
+        let entry = Entry { def, task, cell: Arc::clone(&cell), own };
+        let mut phase = self.phase();
+        match &mut *phase {
+            Phase::Registering(entries) => entries.push(entry),
+            Phase::Started { cancel, stages, stopped_through } => {
+                if stopped_through.is_some_and(|through| entry.def.stop <= through) {
+                    // Shutting down: a task of a stopped stage never runs.
+                    return None;
+                }
+                let stage = stages
+                    .entry(entry.def.stop)
+                    .or_insert_with(|| Stage { stop: cancel.child_token(), tasks: Vec::new() });
+                stage.tasks.retain(|(_, task)| !task.is_finished());
+                stage.spawn(entry, &self.metrics);
+            }
+        }
+        self.board.add(Arc::clone(&cell));
+        Some(cell)
+    }
 }
 
 /// Owns every background task until [`Driver::start`].
 pub struct Driver {
-    entries: Vec<Entry>,
-    board: Board,
-    metrics: Metrics,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver").field("board", &self.board).finish_non_exhaustive()
+        f.debug_struct("Driver").field("board", &self.shared.board).finish_non_exhaustive()
     }
 }
 
@@ -104,34 +161,101 @@ impl Default for Driver {
 impl Driver {
     /// A driver recording its metrics into `meter`.
     pub fn new(meter: &Meter) -> Self {
-        Self { entries: Vec::new(), board: Board::default(), metrics: Metrics::new(meter) }
+        let shared = Shared {
+            board: Board::default(),
+            metrics: Metrics::new(meter),
+            phase: Mutex::new(Phase::Registering(Vec::new())),
+        };
+        Self { shared: Arc::new(shared) }
     }
 
-    /// Adds a task; it runs once the driver starts.
+    /// Adds a task for the gateway's whole life; it runs once the driver
+    /// starts.
     pub fn register(&mut self, def: TaskDef, task: impl BackgroundTask) {
-        let cell = Cell::new(def.report());
-        self.board.add(Arc::clone(&cell));
-        self.entries.push(Entry { def, task: Box::new(task), cell });
+        // Stopped with its stage only.
+        self.shared.add(def, Box::new(task), CancellationToken::new());
+    }
+
+    /// A handle that adds tasks later, while the driver runs (tasks of
+    /// things that come and go, such as an upstream registered at run time).
+    pub fn spawner(&self) -> Spawner {
+        Spawner { shared: Arc::clone(&self.shared) }
     }
 
     /// The board of the registered tasks (and of those registered later).
     pub fn board(&self) -> Board {
-        self.board.clone()
+        self.shared.board.clone()
     }
 
     /// Starts every task: each is activated at once.
     pub fn start(self) -> Running {
         let cancel = CancellationToken::new();
         let mut stages: BTreeMap<StopOrder, Stage> = BTreeMap::new();
-        for entry in self.entries {
+        let mut phase = self.shared.phase();
+        let started = Phase::Started {
+            cancel: cancel.clone(),
+            stages: BTreeMap::new(),
+            stopped_through: None,
+        };
+        let Phase::Registering(entries) = std::mem::replace(&mut *phase, started) else {
+            unreachable!("a driver starts once: `start` takes it by value");
+        };
+        for entry in entries {
             let stage = stages
                 .entry(entry.def.stop)
                 .or_insert_with(|| Stage { stop: cancel.child_token(), tasks: Vec::new() });
-            let name = entry.def.name.clone();
-            let handle = tokio::spawn(drive(entry, self.metrics.clone(), stage.stop.clone()));
-            stage.tasks.push((name, handle));
+            stage.spawn(entry, &self.shared.metrics);
         }
-        Running { cancel, stages, board: self.board }
+        if let Phase::Started { stages: running, .. } = &mut *phase {
+            *running = stages;
+        }
+        drop(phase);
+        Running { cancel, shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// Adds tasks to a driver, before or after it starts. Cheap to clone.
+#[derive(Clone)]
+pub struct Spawner {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner").finish_non_exhaustive()
+    }
+}
+
+impl Spawner {
+    /// Adds a task, which runs until the handle is dropped (or its stage
+    /// stops): at once if the driver runs, else when it starts. During
+    /// shutdown, a task of a stage already stopped never runs.
+    #[must_use = "dropping the handle stops the task"]
+    pub fn spawn(&self, def: TaskDef, task: impl BackgroundTask) -> TaskHandle {
+        let own = CancellationToken::new();
+        let cell = self.shared.add(def, Box::new(task), own.clone());
+        TaskHandle { own, cell, board: self.shared.board.clone() }
+    }
+}
+
+/// A task added through a [`Spawner`]. Dropping it stops the task (after
+/// its current activation, or at once for [`OnStop::Abandon`]) and takes it
+/// off the board.
+#[derive(Debug)]
+pub struct TaskHandle {
+    own: CancellationToken,
+    /// Its board entry; `None` for a task that never ran (spawned during
+    /// shutdown).
+    cell: Option<Arc<Cell>>,
+    board: Board,
+}
+
+impl Drop for TaskHandle {
+    fn drop(&mut self) {
+        self.own.cancel();
+        if let Some(cell) = &self.cell {
+            self.board.remove(cell);
+        }
     }
 }
 
@@ -142,29 +266,47 @@ struct Stage {
     tasks: Vec<(String, JoinHandle<()>)>,
 }
 
+impl Stage {
+    fn spawn(&mut self, entry: Entry, metrics: &Metrics) {
+        let name = entry.def.name.clone();
+        let handle = tokio::spawn(drive(entry, metrics.clone(), self.stop.clone()));
+        self.tasks.push((name, handle));
+    }
+}
+
 /// The running tasks. Dropping it stops them all at once; [`Running::shutdown`]
 /// stops them in order.
-#[derive(Debug)]
 pub struct Running {
-    /// The driver's one cancellation token: each stage's is its child.
     cancel: CancellationToken,
-    stages: BTreeMap<StopOrder, Stage>,
-    board: Board,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("board", &self.shared.board).finish_non_exhaustive()
+    }
 }
 
 impl Running {
     pub fn board(&self) -> Board {
-        self.board.clone()
+        self.shared.board.clone()
     }
 
     /// Stops, stage by stage, every task whose stop order is at most
     /// `order`, waiting for each stage before the next.
     pub async fn stop_through(&mut self, order: StopOrder) {
-        let later = match order.0.checked_add(1) {
-            Some(next) => self.stages.split_off(&StopOrder(next)),
-            None => BTreeMap::new(),
+        let now = {
+            let mut phase = self.shared.phase();
+            let Phase::Started { stages, stopped_through, .. } = &mut *phase else {
+                return;
+            };
+            *stopped_through = Some(stopped_through.map_or(order, |s| s.max(order)));
+            let later = match order.0.checked_add(1) {
+                Some(next) => stages.split_off(&StopOrder(next)),
+                None => BTreeMap::new(),
+            };
+            std::mem::replace(stages, later)
         };
-        let now = std::mem::replace(&mut self.stages, later);
         for stage in now.into_values() {
             stage.stop.cancel();
             for (name, task) in stage.tasks {
@@ -190,7 +332,9 @@ impl Drop for Running {
 
 /// A task's life: activated at once, then whenever its timer or a trigger
 /// says, until its stage is stopped.
-async fn drive(mut entry: Entry, metrics: Metrics, stop: CancellationToken) {
+async fn drive(mut entry: Entry, metrics: Metrics, stage: CancellationToken) {
+    // Stopped with its stage, or alone when its handle is dropped.
+    let stop = Stop { stage, own: entry.own.clone() };
     let _alive = entry.cell.running();
     let name = entry.cell.name();
     let abandon = entry.def.on_stop == OnStop::Abandon;
@@ -237,6 +381,25 @@ async fn once(entry: &mut Entry, name: &str, reason: Reason, metrics: &Metrics) 
         None => tracing::trace!(task = name, "background activation"),
     }
     activation
+}
+
+/// A task's two ways to stop: its stage's, and its own handle's.
+struct Stop {
+    stage: CancellationToken,
+    own: CancellationToken,
+}
+
+impl Stop {
+    fn is_cancelled(&self) -> bool {
+        self.stage.is_cancelled() || self.own.is_cancelled()
+    }
+
+    async fn cancelled(&self) {
+        tokio::select! {
+            () = self.stage.cancelled() => {}
+            () = self.own.cancelled() => {}
+        }
+    }
 }
 
 /// Sleeps `wait`; never ends for `None`.

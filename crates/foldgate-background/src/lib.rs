@@ -11,8 +11,10 @@
 //! ([`Next`]). Nothing else spawns a loop or sleeps between passes.
 //!
 //! At shutdown the driver stops the tasks stage by stage in their
-//! [`StopOrder`], each as its [`OnStop`] says; what every task last did is
-//! kept on a [`Board`] (for the ops endpoint and readiness) and recorded as
+//! [`StopOrder`], each as its [`OnStop`] says. Tasks of things that come and
+//! go while the gateway runs (an upstream registered through the admin API)
+//! are added through a [`Spawner`] and stop when their [`TaskHandle`] is
+//! dropped. What every task last did is kept on a [`Board`] (for the ops endpoint and readiness) and recorded as
 //! metrics (`foldgate.background.activations`,
 //! `foldgate.background.activation.duration`).
 
@@ -25,7 +27,7 @@ use tokio::sync::Notify;
 mod driver;
 mod status;
 
-pub use driver::{Driver, Running, TaskDef};
+pub use driver::{Driver, Running, Spawner, TaskDef, TaskHandle};
 pub use status::{Board, LastActivation, Reason, State, TaskReport};
 
 /// A boxed future, as [`BackgroundTask::activate`] returns.

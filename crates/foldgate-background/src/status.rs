@@ -158,6 +158,10 @@ impl Board {
         self.cells().push(cell);
     }
 
+    pub(crate) fn remove(&self, cell: &Arc<Cell>) {
+        self.cells().retain(|c| !Arc::ptr_eq(c, cell));
+    }
+
     fn cells(&self) -> MutexGuard<'_, Vec<Arc<Cell>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }

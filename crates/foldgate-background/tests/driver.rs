@@ -278,3 +278,40 @@ async fn activations_are_counted_and_timed_by_task_and_outcome() {
     assert_eq!(counts.get(&key("error")), Some(&1), "{counts:?}");
     assert_eq!(timed, 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spawned_task_runs_until_its_handle_is_dropped() {
+    let log = Log::default();
+    let driver = driver();
+    let spawner = driver.spawner();
+    let every = |name| TaskDef::new(name, StopOrder(1)).period(Duration::from_secs(10));
+    // Spawned before the start: it waits for it, as a registered task does.
+    let early = spawner.spawn(every("early"), Probe::new("early", &log));
+    let board = driver.board();
+    assert_eq!(board.task("early").unwrap().state, State::Registered);
+    let mut running = driver.start();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(count(&log, "early"), 1);
+
+    let late = spawner.spawn(every("late"), Probe::new("late", &log));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!((count(&log, "early"), count(&log, "late")), (2, 2));
+    assert_eq!(board.task("late").unwrap().state, State::Waiting);
+
+    // Dropped: it stops and leaves the board; the other goes on.
+    drop(late);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(count(&log, "late"), 2);
+    assert_eq!(count(&log, "early"), 5);
+    assert!(board.task("late").is_none());
+    assert!(board.all_running());
+
+    // Once its stage has stopped, a spawned task never runs.
+    running.stop_through(StopOrder(1)).await;
+    let after = spawner.spawn(every("after"), Probe::new("after", &log));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(count(&log, "after"), 0);
+    assert!(board.task("after").is_none());
+    drop((early, after));
+    running.shutdown().await;
+}

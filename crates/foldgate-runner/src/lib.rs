@@ -14,6 +14,6 @@ mod outcome;
 mod runner;
 
 pub use metrics::RunMetrics;
-pub use model::{ModelConfig, Models, Provider};
+pub use model::{Model, ModelConfig, ModelHealth, ModelOrigin, Models, Provider};
 pub use outcome::{RunOutcome, Usage};
 pub use runner::{Grant, RunBranch, Runner, RunnerConfig};

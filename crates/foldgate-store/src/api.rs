@@ -13,12 +13,14 @@ use crate::ACTIVITY_RESOLUTION;
 use crate::{
     AdminStore, BatchFinish, CallRecord, CallSummary, CreateRefusal, DueBranch, Finish, Finished,
     IdleSession, MemoryStore, MemoryVectors, ModelBill, NewBranch, NewStep, OutsideUsage, Prune,
-    Run, RunEnd, RunStep, StepWritten, StoreError, TreeEnd,
+    Registrations, Run, RunEnd, RunStep, StepWritten, StoreError, TreeEnd,
 };
 
 /// The folding store. See the crate documentation for its guarantees.
 #[async_trait]
-pub trait Store: MemoryStore + MemoryVectors + AdminStore + Prune + Send + Sync + Debug {
+pub trait Store:
+    MemoryStore + MemoryVectors + AdminStore + Registrations + Prune + Send + Sync + Debug
+{
     /// Creates a branch: resolves its parent, checks ownership, depth, the
     /// limits and the parent's pool, lends the budget and inserts the branch
     /// as `active`, all in one transaction. Opens (or reopens) the session.

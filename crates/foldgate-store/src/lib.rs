@@ -27,6 +27,7 @@ mod pg_fold;
 mod postgres;
 mod prune;
 mod record;
+mod registrations;
 mod requests;
 mod run_queries;
 mod runs;
@@ -53,6 +54,7 @@ pub use memory::{
 };
 pub use postgres::{PgStore, Postgres};
 pub use prune::{Prune, PrunedTrees};
+pub use registrations::{Registration, RegistrationKind, Registrations};
 pub use requests::{
     BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
     ParentChoice, TreeEnd,

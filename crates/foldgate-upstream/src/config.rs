@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, fmt, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The scope a token needs to see and call an upstream's tools unless the
 /// upstream names another: upstream calls are charged to branches.
@@ -13,7 +13,8 @@ pub const DEFAULT_UPSTREAM_SCOPE: &str = "fold:write";
 pub const NAMESPACE_SEPARATOR: &str = "__";
 
 /// One upstream MCP server (Streamable HTTP).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Its tools appear as `<name>__<tool>`. Letters, digits, `-` and `_`
@@ -54,7 +55,8 @@ pub struct UpstreamConfig {
 }
 
 /// An OAuth 2.0 client-credentials grant (RFC 6749 §4.4).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OAuthClientCredentials {
     pub token_url: String,
@@ -188,6 +190,54 @@ impl UpstreamConfig {
     }
 }
 
+impl UpstreamConfig {
+    /// Checks a declaration made through the admin API, which is kept in
+    /// the database: as [`UpstreamConfig::validate`], and every credential
+    /// (header values, the OAuth client's id and secret) only references
+    /// environment variables whose names start with `prefix`
+    /// ([`check_credential`]).
+    pub fn validate_registered(&self, prefix: &str) -> Result<(), foldgate_domain::ConfigError> {
+        self.validate()?;
+        for (name, value) in &self.headers {
+            check_credential(&format!("headers.{name}"), value, prefix)?;
+        }
+        if let Some(oauth) = &self.oauth {
+            check_credential("oauth.client_id", &oauth.client_id, prefix)?;
+            check_credential("oauth.client_secret", &oauth.client_secret, prefix)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a credential declared through the admin API: it must name at
+/// least one environment variable (`${VAR}`) and only variables whose names
+/// start with `prefix`, so that no secret is kept in the database and no
+/// other variable of the gateway's environment (its own database password,
+/// say) can be sent to a server the declaration names.
+pub fn check_credential(field: &str, value: &str, prefix: &str) -> Result<(), String> {
+    let named = std::cell::RefCell::new(Vec::new());
+    expand_env(value, |var| {
+        named.borrow_mut().push(var.to_owned());
+        Some(String::new())
+    })
+    .map_err(|e| format!("{field}: {e}"))?;
+    let named = named.into_inner();
+    if named.is_empty() {
+        return Err(format!(
+            "{field}: a credential registered through the API must be a reference to an \
+             environment variable, such as \"${{{prefix}NAME}}\", set on every replica; \
+             it is not kept in the database"
+        ));
+    }
+    if let Some(other) = named.iter().find(|var| !var.starts_with(prefix)) {
+        return Err(format!(
+            "{field}: ${{{other}}} is not allowed: a registration may only read environment \
+             variables whose names start with {prefix:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Headers that belong to the MCP transport.
 const RESERVED_HEADERS: &[&str] =
     &["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "content-length", "host"];
@@ -296,6 +346,35 @@ mod tests {
         let shown = format!("{u:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("Authorization"));
+    }
+
+    #[test]
+    fn registered_credentials_are_references_to_allowed_variables() {
+        let with = |headers: &str| {
+            toml_upstream(&format!(
+                "name = \"f\"\nurl = \"http://h/mcp\"\n[upstreams.headers]\n{headers}"
+            ))
+            .validate_registered("FOLDGATE_SECRET_")
+        };
+        with("Authorization = \"Bearer ${FOLDGATE_SECRET_FILES}\"").unwrap();
+        with("X-Key = \"${FOLDGATE_SECRET_A}:${FOLDGATE_SECRET_B}\"").unwrap();
+        let literal = with("Authorization = \"Bearer hunter2\"").unwrap_err().to_string();
+        assert!(literal.contains("headers.Authorization") && literal.contains("database"));
+        let other = with("Authorization = \"Bearer ${DATABASE_PASSWORD}\"").unwrap_err();
+        assert!(other.to_string().contains("DATABASE_PASSWORD"), "{other}");
+        let mixed = with("X = \"${FOLDGATE_SECRET_A}${HOME}\"").unwrap_err();
+        assert!(mixed.to_string().contains("HOME"));
+        assert!(with("X = \"${FOLDGATE_SECRET_\"").is_err(), "unterminated");
+        let oauth = toml_upstream(
+            "name = \"f\"\nurl = \"http://h\"\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"${FOLDGATE_SECRET_ID}\"\nclient_secret = \"s3cret\"",
+        );
+        assert!(
+            oauth
+                .validate_registered("FOLDGATE_SECRET_")
+                .unwrap_err()
+                .to_string()
+                .contains("oauth.client_secret")
+        );
     }
 
     #[test]

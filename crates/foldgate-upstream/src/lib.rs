@@ -19,8 +19,9 @@ mod registry;
 
 pub(crate) use client::CallError;
 pub use config::{
-    DEFAULT_UPSTREAM_SCOPE, NAMESPACE_SEPARATOR, OAuthClientCredentials, UpstreamConfig, expand_env,
+    DEFAULT_UPSTREAM_SCOPE, NAMESPACE_SEPARATOR, OAuthClientCredentials, UpstreamConfig,
+    check_credential, expand_env,
 };
 pub use foldgate_domain::Caller;
 pub use metrics::UpstreamMetrics;
-pub use registry::{Lookup, SchemaMismatch, Upstream, UpstreamTool, Upstreams};
+pub use registry::{Lookup, Origin, SchemaMismatch, Upstream, UpstreamTool, Upstreams};

@@ -2,12 +2,12 @@
 //! fresh in the background), and which principal may see which tool.
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, OnceLock, RwLock},
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock},
     time::{Duration, Instant},
 };
 
-use foldgate_background::{Activator, Driver};
+use foldgate_background::{Activator, Driver, Spawner, TaskHandle};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
@@ -91,6 +91,7 @@ struct Listing {
 #[derive(Debug)]
 pub struct Upstream {
     pub config: UpstreamConfig,
+    pub origin: Origin,
     client: McpClient,
     listing: RwLock<Listing>,
     /// Wakes the refresher early (a call failed).
@@ -117,11 +118,11 @@ impl Upstream {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Listing> {
-        self.listing.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.listing.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Listing> {
-        self.listing.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.listing.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Calls a tool by its upstream name; the raw `result`.
@@ -281,12 +282,113 @@ pub enum Lookup {
     Found(Arc<Upstream>, Arc<UpstreamTool>),
 }
 
-/// Every configured upstream.
-#[derive(Debug, Default)]
+/// Where an upstream was declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The configuration file (`[[upstreams]]`).
+    Config,
+    /// The admin API (kept in the database).
+    Registered,
+}
+
+/// An upstream registered through the admin API, as this replica has it.
+#[derive(Debug)]
+struct Registered {
+    /// The declaration it was built from.
+    config: UpstreamConfig,
+    /// Built, with the task refreshing its tools; or why it could not be.
+    built: Result<(Arc<Upstream>, Option<TaskHandle>), String>,
+}
+
+/// Every upstream: those of the configuration file, fixed at startup, and
+/// those registered through the admin API, which come and go while the
+/// gateway runs ([`Upstreams::apply`]).
+#[derive(Debug)]
 pub struct Upstreams {
-    list: Vec<Arc<Upstream>>,
+    /// What requests see: the configured upstreams, then the registered
+    /// ones by name. Replaced whole when a registration changes, so a
+    /// request works with one consistent list.
+    current: RwLock<Arc<[Arc<Upstream>]>>,
+    /// From the configuration file.
+    configured: Vec<Arc<Upstream>>,
+    /// Registered through the admin API, by name.
+    registered: Mutex<BTreeMap<String, Registered>>,
+    builder: Builder,
+    /// Starts the refreshers of upstreams registered while the gateway runs.
+    spawner: OnceLock<Spawner>,
     /// The tenants' own allow-lists, over the upstreams' `tenants`.
     rules: OnceLock<Arc<TenantRules>>,
+}
+
+/// Builds upstreams' clients.
+#[derive(Debug, Clone)]
+struct Builder {
+    http: reqwest::Client,
+    metrics: UpstreamMetrics,
+}
+
+impl Builder {
+    /// An upstream's client, resolving `${VAR}`s with `env`; nothing is
+    /// contacted.
+    fn build(
+        &self,
+        config: &UpstreamConfig,
+        origin: Origin,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Upstream, String> {
+        config.validate().map_err(|e| e.to_string())?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let value = expand_env(value, env).map_err(|e| format!("headers.{name}: {e}"))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
+            let mut value = HeaderValue::from_str(&value)
+                .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let oauth = match &config.oauth {
+            None => None,
+            Some(o) => Some(TokenSource::new(Grant {
+                token_url: o.token_url.clone(),
+                client_id: expand_env(&o.client_id, env)
+                    .map_err(|e| format!("oauth.client_id: {e}"))?,
+                client_secret: expand_env(&o.client_secret, env)
+                    .map_err(|e| format!("oauth.client_secret: {e}"))?,
+                scope: o.scope.clone(),
+                resource: o.resource.clone(),
+            })),
+        };
+        let url = reqwest::Url::parse(&config.url).map_err(|e| e.to_string())?;
+        let client = McpClient::new(
+            self.http.clone(),
+            url,
+            headers,
+            oauth,
+            config.timeout(),
+            config.max_response_bytes,
+        );
+        Ok(Upstream {
+            config: config.clone(),
+            origin,
+            client,
+            listing: RwLock::new(Listing::default()),
+            recheck: Activator::new(),
+            metrics: self.metrics.clone(),
+        })
+    }
+}
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Self {
+            current: RwLock::new(Arc::from([])),
+            configured: Vec::new(),
+            registered: Mutex::default(),
+            builder: Builder { http: reqwest::Client::new(), metrics: UpstreamMetrics::noop() },
+            spawner: OnceLock::new(),
+            rules: OnceLock::new(),
+        }
+    }
 }
 
 impl Upstreams {
@@ -295,8 +397,9 @@ impl Upstreams {
         Arc::new(Self::default())
     }
 
-    /// Builds the clients, resolving `${VAR}`s with `env`, recording into
-    /// `metrics`. Nothing is contacted until [`Upstreams::start`].
+    /// Builds the clients of the configuration's upstreams, resolving
+    /// `${VAR}`s with `env`, recording into `metrics`. Nothing is contacted
+    /// until the driver starts ([`Upstreams::register`]).
     pub fn new(
         configs: &[UpstreamConfig],
         env: impl Fn(&str) -> Option<String>,
@@ -308,77 +411,117 @@ impl Upstreams {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("building the upstream HTTP client: {e}"))?;
-        let mut list = Vec::with_capacity(configs.len());
+        let builder = Builder { http, metrics: metrics.clone() };
+        let mut configured: Vec<Arc<Upstream>> = Vec::with_capacity(configs.len());
         for config in configs {
             let at = |e: String| format!("upstream {:?}: {e}", config.name);
-            config.validate().map_err(|e| at(e.to_string()))?;
-            if list.iter().any(|u: &Arc<Upstream>| u.config.name == config.name) {
+            if configured.iter().any(|u| u.config.name == config.name) {
                 return Err(at("the name is used twice".into()));
             }
-            let mut headers = HeaderMap::new();
-            for (name, value) in &config.headers {
-                let value =
-                    expand_env(value, &env).map_err(|e| at(format!("headers.{name}: {e}")))?;
-                let name =
-                    HeaderName::from_bytes(name.as_bytes()).map_err(|e| at(e.to_string()))?;
-                let mut value = HeaderValue::from_str(&value)
-                    .map_err(|_| at(format!("headers.{name}: not a valid header value")))?;
-                value.set_sensitive(true);
-                headers.insert(name, value);
-            }
-            let oauth = match &config.oauth {
-                None => None,
-                Some(o) => Some(TokenSource::new(Grant {
-                    token_url: o.token_url.clone(),
-                    client_id: expand_env(&o.client_id, &env)
-                        .map_err(|e| at(format!("oauth.client_id: {e}")))?,
-                    client_secret: expand_env(&o.client_secret, &env)
-                        .map_err(|e| at(format!("oauth.client_secret: {e}")))?,
-                    scope: o.scope.clone(),
-                    resource: o.resource.clone(),
-                })),
-            };
-            let url = reqwest::Url::parse(&config.url).map_err(|e| at(e.to_string()))?;
-            let client = McpClient::new(
-                http.clone(),
-                url,
-                headers,
-                oauth,
-                config.timeout(),
-                config.max_response_bytes,
-            );
-            list.push(Arc::new(Upstream {
-                config: config.clone(),
-                client,
-                listing: RwLock::new(Listing::default()),
-                recheck: Activator::new(),
-                metrics: metrics.clone(),
-            }));
+            let upstream = builder.build(config, Origin::Config, &env).map_err(at)?;
+            configured.push(Arc::new(upstream));
         }
-        Ok(Arc::new(Self { list, rules: OnceLock::new() }))
+        Ok(Arc::new(Self {
+            current: RwLock::new(Arc::from(configured.clone())),
+            configured,
+            builder,
+            ..Self::default()
+        }))
     }
 
-    /// Registers, for each upstream, the task that keeps its tool list
-    /// fresh ([`refresh`]).
+    /// Registers, for each configured upstream, the task that keeps its
+    /// tool list fresh ([`refresh`]), and keeps the driver's spawner for
+    /// those registered later.
     pub fn register(&self, driver: &mut Driver) {
-        for upstream in &self.list {
+        for upstream in &self.configured {
             refresh::register(driver, upstream);
         }
+        // A second call is a no-op: the first spawner stays.
+        let _ = self.spawner.set(driver.spawner());
+    }
+
+    /// Makes the registered upstreams those of `wanted` (the admin API's
+    /// registrations), resolving `${VAR}`s with `env`: builds those that
+    /// are new or changed and starts their refreshers, drops those no longer
+    /// wanted, keeps the rest as they are. A registration that cannot be
+    /// built here (a variable this replica lacks, a name the configuration
+    /// uses) is kept with its error, for the admin API to show. Returns the
+    /// errors of those built now.
+    pub fn apply(
+        &self,
+        wanted: &[UpstreamConfig],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Vec<(String, String)> {
+        let mut registered = lock(&self.registered);
+        registered.retain(|name, _| wanted.iter().any(|w| &w.name == name));
+        let mut errors = Vec::new();
+        let mut changed = false;
+        for config in wanted {
+            if registered.get(&config.name).is_some_and(|r| &r.config == config) {
+                continue;
+            }
+            let built = if self.configured.iter().any(|u| u.config.name == config.name) {
+                Err("the configuration file declares an upstream of this name".to_owned())
+            } else {
+                self.builder.build(config, Origin::Registered, &env).map(|upstream| {
+                    let upstream = Arc::new(upstream);
+                    let refresher = self.spawner.get().map(|s| refresh::spawn(s, &upstream));
+                    (upstream, refresher)
+                })
+            };
+            if let Err(why) = &built {
+                errors.push((config.name.clone(), why.clone()));
+            }
+            registered.insert(config.name.clone(), Registered { config: config.clone(), built });
+            changed = true;
+        }
+        let now: Vec<Arc<Upstream>> = self
+            .configured
+            .iter()
+            .cloned()
+            .chain(
+                registered.values().filter_map(|r| r.built.as_ref().ok()).map(|(u, _)| u.clone()),
+            )
+            .collect();
+        if changed || now.len() != self.snapshot().len() {
+            *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(now);
+        }
+        errors
+    }
+
+    /// Whether a declaration could be built here (its `${VAR}`s set, its
+    /// headers valid), without keeping it.
+    pub fn check(
+        &self,
+        config: &UpstreamConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), String> {
+        self.builder.build(config, Origin::Registered, &env).map(drop)
+    }
+
+    /// Registered upstreams this replica could not build, with why.
+    pub fn unbuilt(&self) -> Vec<(String, String)> {
+        lock(&self.registered)
+            .iter()
+            .filter_map(|(name, r)| r.built.as_ref().err().map(|e| (name.clone(), e.clone())))
+            .collect()
+    }
+
+    /// The upstreams now, configured ones first.
+    pub fn snapshot(&self) -> Arc<[Arc<Upstream>]> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Upstream>> {
-        self.list.iter()
+        self.snapshot().is_empty()
     }
 
     /// The tools a principal sees: of upstreams that serve its tenant, that
     /// its token has the scope for, and that are answering.
     pub fn tools_for(&self, who: &dyn Caller) -> Vec<Tool> {
         let mut tools = Vec::new();
-        for upstream in self.visible(who) {
+        let all = self.snapshot();
+        for upstream in self.visible(&all, who) {
             if !who.has_scope(upstream.config.required_scope()) {
                 continue;
             }
@@ -401,7 +544,8 @@ impl Upstreams {
         let Some((prefix, _)) = name.split_once(NAMESPACE_SEPARATOR) else {
             return Lookup::Unknown;
         };
-        let Some(upstream) = self.visible(who).find(|u| u.config.name == prefix) else {
+        let all = self.snapshot();
+        let Some(upstream) = self.visible(&all, who).find(|u| u.config.name == prefix) else {
             return Lookup::Unknown;
         };
         let tool = upstream.read().tools.get(name).cloned();
@@ -415,9 +559,13 @@ impl Upstreams {
         Lookup::Found(Arc::clone(upstream), tool)
     }
 
-    fn visible<'a>(&'a self, who: &'a dyn Caller) -> impl Iterator<Item = &'a Arc<Upstream>> {
+    fn visible<'a>(
+        &self,
+        all: &'a [Arc<Upstream>],
+        who: &'a dyn Caller,
+    ) -> impl Iterator<Item = &'a Arc<Upstream>> {
         let rules = self.rules.get().map(|rules| rules.of(who.tenant()));
-        self.list.iter().filter(move |u| {
+        all.iter().filter(move |u| {
             u.config.serves_tenant(who.tenant().as_str())
                 && rules.as_ref().is_none_or(|r| r.allows_upstream(&u.config.name))
         })
@@ -432,7 +580,7 @@ impl Upstreams {
 
     /// Per upstream: name, whether it answers, tools offered, last error.
     pub fn health(&self) -> Vec<(String, bool, usize, Option<String>)> {
-        self.list
+        self.snapshot()
             .iter()
             .map(|u| {
                 let l = u.read();
@@ -440,4 +588,8 @@ impl Upstreams {
             })
             .collect()
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

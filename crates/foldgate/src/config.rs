@@ -8,6 +8,7 @@
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
+use foldgate_admin::AdminConfig;
 use foldgate_api::{
     ApiConfig,
     auth::AuthConfig,
@@ -72,6 +73,8 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// How long what has ended is kept (`[retention]`).
     pub retention: RetentionConfig,
+    /// The admin API (`[admin]`).
+    pub admin: AdminConfig,
     pub scrub: ScrubConfig,
     /// Log format and metric collection (`[telemetry]`); where telemetry is
     /// exported is set by the standard `OTEL_*` variables.
@@ -102,6 +105,7 @@ impl Default for Config {
             folding: FoldingConfig::default(),
             supervisor: SupervisorConfig::default(),
             retention: RetentionConfig::default(),
+            admin: AdminConfig::default(),
             scrub: ScrubConfig::default(),
             telemetry: TelemetryConfig::default(),
             upstreams: Vec::new(),
@@ -183,6 +187,7 @@ impl Config {
         section("folding", self.folding.validate())?;
         section("supervisor", self.supervisor.validate())?;
         section("retention", self.retention.validate())?;
+        section("admin", self.admin.validate())?;
         section("telemetry", self.telemetry.validate())?;
         section("runner", self.runner.validate())?;
         section("memory", self.memory.validate())?;

@@ -205,6 +205,7 @@ pub async fn start(
             runner: Arc::clone(&runner),
             auth: auth_state,
             config: config.api.clone(),
+            admin: config.admin.clone(),
             mcp_url: mcp_url.clone(),
             issuer: config.auth.issuer.clone(),
             background: driver.board(),

@@ -3,10 +3,11 @@
 use std::fmt;
 
 use genai::adapter::AdapterKind;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`).
@@ -32,7 +33,8 @@ impl Provider {
 }
 
 /// One `[[models]]` entry.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// What `branch_run`'s `model` argument names; the first entry serving
@@ -134,6 +136,21 @@ impl ModelConfig {
         }
         if self.embeddings && self.stream {
             return Err("stream does not apply to an embeddings model: leave it out".into());
+        }
+        Ok(())
+    }
+
+    /// Checks a declaration made through the admin API, which is kept in
+    /// the database: as [`ModelConfig::validate`], a chat model (the
+    /// memory's embeddings models are fixed at startup), and a key that only
+    /// references environment variables whose names start with `prefix`.
+    pub fn validate_registered(&self, prefix: &str) -> Result<(), foldgate_domain::ConfigError> {
+        self.validate()?;
+        if self.embeddings {
+            return Err("an embeddings model can only be declared in the configuration file".into());
+        }
+        if let Some(key) = &self.api_key {
+            foldgate_upstream::check_credential("api_key", key, prefix)?;
         }
         Ok(())
     }

@@ -87,7 +87,7 @@ impl Models {
         // The tenants earlier entries serve by name; `None` once one
         // serves every tenant (later entries then serve no one).
         let mut taken: Option<Vec<TenantId>> = Some(Vec::new());
-        for model in self.list.iter().filter(|m| m.config.embeddings) {
+        for model in self.configured.iter().filter(|m| m.config.embeddings) {
             let Some(earlier) = &taken else { break };
             let only = model
                 .config

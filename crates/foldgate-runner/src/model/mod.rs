@@ -10,7 +10,12 @@
 //! and malformed answers (honouring `Retry-After`), and error texts that
 //! never carry the key.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    sync::{Arc, Mutex, PoisonError, RwLock},
+    time::Duration,
+};
 
 use foldgate_domain::{TenantId, Tokens};
 use genai::{
@@ -142,9 +147,11 @@ const DETAIL_CHARS: usize = 300;
 /// A configured model, ready to call.
 pub struct Model {
     pub config: ModelConfig,
+    pub origin: ModelOrigin,
     client: genai::Client,
     /// The resolved key (empty when none is configured).
     key: String,
+    health: Mutex<ModelHealth>,
 }
 
 impl fmt::Debug for Model {
@@ -160,6 +167,53 @@ pub trait AttemptObserver: Send + Sync {
 }
 
 impl Model {
+    /// A model's client, resolving `${VAR}`s in its key with `env`; nothing
+    /// is contacted.
+    fn build(
+        http: &reqwest::Client,
+        config: &ModelConfig,
+        origin: ModelOrigin,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        config.validate().map_err(|e| e.to_string())?;
+        let key = match &config.api_key {
+            Some(raw) => {
+                foldgate_upstream::expand_env(raw, env).map_err(|e| format!("api_key: {e}"))?
+            }
+            None => String::new(),
+        };
+        let client = genai::Client::builder()
+            .with_reqwest(http.clone())
+            .build()
+            .map_err(|e| format!("building its client: {e}"))?;
+        Ok(Self {
+            config: config.clone(),
+            origin,
+            client,
+            key,
+            health: Mutex::new(ModelHealth::default()),
+        })
+    }
+
+    /// What its calls on this replica have shown.
+    pub fn health(&self) -> ModelHealth {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn record(&self, fault: Option<&Fault>) {
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        health.attempts += 1;
+        let now = chrono::Utc::now();
+        match fault {
+            None => health.last_ok_at = Some(now),
+            Some(fault) => {
+                health.failures += 1;
+                health.last_error = Some(format!("{}: {}", fault.kind, fault.detail));
+                health.last_error_at = Some(now);
+            }
+        }
+    }
+
     /// Calls the model: `max_tokens` caps the answer. Retries what can be
     /// retried, up to [`ATTEMPTS`] in all.
     pub async fn complete(
@@ -198,6 +252,7 @@ impl Model {
                 started.elapsed(),
                 result.as_ref().err().map(|f| f.kind),
             );
+            self.record(result.as_ref().err());
             let fault = match result {
                 Ok(mut completion) => {
                     completion.attempts = attempt;
@@ -423,10 +478,59 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.5 + fraction)
 }
 
-/// The configured models.
-#[derive(Debug, Default)]
+/// What a model's calls on this replica have shown, since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelHealth {
+    /// Attempts made (each retry is one).
+    pub attempts: u64,
+    /// Attempts that failed.
+    pub failures: u64,
+    /// When an attempt last succeeded.
+    pub last_ok_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The last failure: its kind (`rate_limited`, `timeout`, …) and
+    /// detail, without the key.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A model registered through the admin API: its declaration, and the
+/// model built from it or why it could not be built here.
+type Registered = (ModelConfig, Result<Arc<Model>, String>);
+
+/// Where a model was declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelOrigin {
+    /// The configuration file (`[[models]]`).
+    Config,
+    /// The admin API (kept in the database).
+    Registered,
+}
+
+/// The models: those of the configuration file, fixed at startup, and chat
+/// models registered through the admin API, which come and go while the
+/// gateway runs ([`Models::apply`]).
+#[derive(Debug)]
 pub struct Models {
-    list: Vec<Arc<Model>>,
+    /// What runs see: the configured models, then the registered ones by
+    /// name. Replaced whole when a registration changes.
+    current: RwLock<Arc<[Arc<Model>]>>,
+    /// From the configuration file (the embeddings models among them).
+    configured: Vec<Arc<Model>>,
+    /// Registered through the admin API, by name: the declaration and the
+    /// model built from it, or why it could not be built here.
+    registered: Mutex<BTreeMap<String, Registered>>,
+    http: reqwest::Client,
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Self {
+            current: RwLock::new(Arc::from([])),
+            configured: Vec::new(),
+            registered: Mutex::default(),
+            http: reqwest::Client::new(),
+        }
+    }
 }
 
 impl Models {
@@ -441,25 +545,21 @@ impl Models {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| format!("building the model HTTP client: {e}"))?;
-        let mut list = Vec::with_capacity(configs.len());
+        let mut configured: Vec<Arc<Model>> = Vec::with_capacity(configs.len());
         for config in configs {
             let at = |e: String| format!("model {:?}: {e}", config.name);
-            config.validate().map_err(|e| at(e.to_string()))?;
-            if list.iter().any(|m: &Arc<Model>| m.config.name == config.name) {
+            if configured.iter().any(|m| m.config.name == config.name) {
                 return Err(at("the name is used twice".into()));
             }
-            let key = match &config.api_key {
-                Some(raw) => foldgate_upstream::expand_env(raw, &env)
-                    .map_err(|e| at(format!("api_key: {e}")))?,
-                None => String::new(),
-            };
-            let client = genai::Client::builder()
-                .with_reqwest(http.clone())
-                .build()
-                .map_err(|e| at(format!("building its client: {e}")))?;
-            list.push(Arc::new(Model { config: config.clone(), client, key }));
+            let model = Model::build(&http, config, ModelOrigin::Config, &env).map_err(at)?;
+            configured.push(Arc::new(model));
         }
-        Ok(Arc::new(Self { list }))
+        Ok(Arc::new(Self {
+            current: RwLock::new(Arc::from(configured.clone())),
+            configured,
+            registered: Mutex::default(),
+            http,
+        }))
     }
 
     /// No models.
@@ -467,10 +567,82 @@ impl Models {
         Arc::new(Self::default())
     }
 
+    /// Makes the registered models those of `wanted` (the admin API's
+    /// registrations), resolving `${VAR}`s with `env`: builds those new or
+    /// changed, drops those no longer wanted. One that cannot be built here
+    /// (a variable this replica lacks, a name the configuration uses, an
+    /// embeddings model) is kept with its error, for the admin API to show.
+    /// Returns the errors of those built now.
+    pub fn apply(
+        &self,
+        wanted: &[ModelConfig],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Vec<(String, String)> {
+        let mut registered = self.registered.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = registered.len();
+        registered.retain(|name, _| wanted.iter().any(|w| &w.name == name));
+        let mut changed = registered.len() != before;
+        let mut errors = Vec::new();
+        for config in wanted {
+            if registered.get(&config.name).is_some_and(|(c, _)| c == config) {
+                continue;
+            }
+            let built = if self.configured.iter().any(|m| m.config.name == config.name) {
+                Err("the configuration file declares a model of this name".to_owned())
+            } else if config.embeddings {
+                Err("an embeddings model is declared in the configuration file only".to_owned())
+            } else {
+                Model::build(&self.http, config, ModelOrigin::Registered, &env).map(Arc::new)
+            };
+            if let Err(why) = &built {
+                errors.push((config.name.clone(), why.clone()));
+            }
+            registered.insert(config.name.clone(), (config.clone(), built));
+            changed = true;
+        }
+        if changed {
+            let now: Vec<Arc<Model>> = self
+                .configured
+                .iter()
+                .cloned()
+                .chain(registered.values().filter_map(|(_, built)| built.as_ref().ok().cloned()))
+                .collect();
+            *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(now);
+        }
+        errors
+    }
+
+    /// Whether a declaration could be built here (its `${VAR}`s set),
+    /// without keeping it.
+    pub fn check(
+        &self,
+        config: &ModelConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), String> {
+        Model::build(&self.http, config, ModelOrigin::Registered, &env).map(drop)
+    }
+
+    /// Registered models this replica could not build, with why.
+    pub fn unbuilt(&self) -> Vec<(String, String)> {
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|(name, (_, built))| {
+                built.as_ref().err().map(|e| (name.clone(), e.clone()))
+            })
+            .collect()
+    }
+
+    /// The models now, configured ones first.
+    pub fn snapshot(&self) -> Arc<[Arc<Model>]> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// The chat model a tenant asked for (`None`: its first), if it serves
     /// the tenant.
     pub fn for_tenant(&self, tenant: &TenantId, name: Option<&str>) -> Option<Arc<Model>> {
-        self.list
+        self.snapshot()
             .iter()
             .filter(|m| !m.config.embeddings && m.config.serves_tenant(tenant.as_str()))
             .find(|m| name.is_none_or(|n| m.config.name == n))
@@ -478,21 +650,16 @@ impl Models {
     }
 
     /// The chat models a tenant may use, by name.
-    pub fn names_for(&self, tenant: &TenantId) -> Vec<&str> {
-        self.list
+    pub fn names_for(&self, tenant: &TenantId) -> Vec<String> {
+        self.snapshot()
             .iter()
             .filter(|m| !m.config.embeddings && m.config.serves_tenant(tenant.as_str()))
-            .map(|m| m.config.name.as_str())
+            .map(|m| m.config.name.clone())
             .collect()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    /// Every configured model, chat and embeddings, in configuration order.
-    pub fn configs(&self) -> impl Iterator<Item = &ModelConfig> {
-        self.list.iter().map(|m| &m.config)
+        self.snapshot().is_empty()
     }
 }
 

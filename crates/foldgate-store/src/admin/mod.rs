@@ -473,7 +473,7 @@ where
 }
 
 /// The statement that writes an audit entry.
-fn insert_audit<DB: Database>(
+pub(crate) fn insert_audit<DB: Database>(
     entry: &AuditEntry,
 ) -> sqlx::query::Query<'_, DB, <DB as Database>::Arguments>
 where

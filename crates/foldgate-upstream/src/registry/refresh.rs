@@ -5,20 +5,32 @@
 use std::{sync::Arc, time::Duration};
 
 use foldgate_background::{
-    Activation, BackgroundTask, BoxFuture, Driver, Next, OnStop, StopOrder, TaskDef,
+    Activation, BackgroundTask, BoxFuture, Driver, Next, OnStop, Spawner, StopOrder, TaskDef,
+    TaskHandle,
 };
 use serde_json::json;
 
 use super::{FIRST_RETRY, Upstream};
 
-/// Registers the refresher of one upstream, `upstream_tools:<name>`. It
-/// stops with the tasks serving requests, dropping a listing in flight.
+/// Registers the refresher of a configured upstream,
+/// `upstream_tools:<name>`, for the gateway's whole life.
 pub(super) fn register(driver: &mut Driver, upstream: &Arc<Upstream>) {
-    let def = TaskDef::new(format!("upstream_tools:{}", upstream.name()), StopOrder::SERVING)
+    driver
+        .register(def(upstream), Refresher { upstream: Arc::clone(upstream), retry: FIRST_RETRY });
+}
+
+/// Starts the refresher of a registered upstream; it stops when the handle
+/// is dropped (the registration removed or changed).
+pub(super) fn spawn(spawner: &Spawner, upstream: &Arc<Upstream>) -> TaskHandle {
+    spawner.spawn(def(upstream), Refresher { upstream: Arc::clone(upstream), retry: FIRST_RETRY })
+}
+
+/// It stops with the tasks serving requests, dropping a listing in flight.
+fn def(upstream: &Upstream) -> TaskDef {
+    TaskDef::new(format!("upstream_tools:{}", upstream.name()), StopOrder::SERVING)
         .period(upstream.config.refresh())
         .trigger(upstream.recheck.clone())
-        .on_stop(OnStop::Abandon);
-    driver.register(def, Refresher { upstream: Arc::clone(upstream), retry: FIRST_RETRY });
+        .on_stop(OnStop::Abandon)
 }
 
 /// Keeps one upstream's tool list fresh.

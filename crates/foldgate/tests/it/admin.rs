@@ -19,7 +19,12 @@ pub(crate) struct Admin {
 
 impl Admin {
     pub(crate) fn new(gw: &TestGateway, token: Option<String>) -> Self {
-        Self { http: reqwest::Client::new(), base: format!("{}/admin/v1", gw.base), token }
+        Self::at(&gw.base, token)
+    }
+
+    /// The admin API of the gateway at `base` (its URL without `/mcp`).
+    pub(crate) fn at(base: &str, token: Option<String>) -> Self {
+        Self { http: reqwest::Client::new(), base: format!("{base}/admin/v1"), token }
     }
 
     /// A deployment admin of `gw`.
@@ -31,7 +36,7 @@ impl Admin {
         self.send_json(method, path, None).await
     }
 
-    async fn send_json(
+    pub(crate) async fn send_json(
         &self,
         method: Method,
         path: &str,
@@ -50,7 +55,7 @@ impl Admin {
         (status, body)
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.send(Method::GET, path).await
     }
 
@@ -70,7 +75,7 @@ impl Admin {
     }
 }
 
-fn error_code(body: &Value) -> &str {
+pub(crate) fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {body}"))
 }
 
@@ -421,8 +426,16 @@ async fn retention_deletes_old_trees_while_the_gateway_runs(backend: Backend) {
     let tasks: Value = reqwest::get(ops).await.unwrap().json().await.unwrap();
     let retention = tasks["tasks"].as_array().unwrap().iter().find(|t| t["name"] == "retention");
     assert!(retention.is_some(), "the retention task runs: {tasks}");
-    // The usage of the deleted branch outlives it.
-    let usage = admin.read("/tenants/acme/usage").await;
+    // The usage of the deleted branch outlives it (each replica writes
+    // what it counted every second, so it may land after the deletion).
+    let mut usage = Value::Null;
+    for _ in 0..50 {
+        usage = admin.read("/tenants/acme/usage").await;
+        if usage["total"]["returns"] == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert_eq!(usage["total"]["returns"], 2, "{usage}");
     agent.cancel().await.unwrap();
     gw.stop().await;

@@ -64,6 +64,7 @@ async fn the_ops_port_lists_the_background_tasks_with_their_last_outcome() {
     let expected = [
         "rate_limit_cleanup",
         "database_outage",
+        "registrations",
         "run_takeover",
         "run_ends",
         "usage_flush",

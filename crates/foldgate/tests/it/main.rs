@@ -9,6 +9,7 @@ mod lifecycle;
 mod mcp;
 mod memory;
 mod migrate;
+mod registrations;
 mod runs;
 mod security;
 mod telemetry;
