@@ -37,4 +37,5 @@ mod extract;
 mod folding;
 mod memory;
 mod metrics;
+mod registrations;
 mod vectors;

@@ -250,13 +250,19 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
         "/tenants/{tenant}/limits",
         "/tenants/{tenant}/usage",
         "/upstreams",
+        "/upstreams/{name}",
         "/models",
+        "/models/{name}",
         "/audit",
     ] {
         assert!(paths.contains(&path), "{path} missing from {paths:?}");
     }
     let schemas = &doc["components"]["schemas"];
     assert!(schemas["BranchNode"]["properties"]["children"].is_object());
+    // A registration's body is the configuration file's declaration.
+    assert!(schemas["UpstreamConfig"]["properties"]["headers"].is_object());
+    assert!(schemas["ModelConfig"]["properties"]["provider"].is_object());
+    assert!(doc["paths"]["/upstreams"]["post"]["requestBody"].is_object());
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
     gw.stop().await;
 }
