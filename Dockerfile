@@ -79,7 +79,7 @@ COPY --from=build /out/foldgate /usr/local/bin/foldgate
 
 WORKDIR /var/lib/foldgate
 USER ${UID}:${UID}
-ENV RUST_LOG=info
+ENV RUST_LOG=info,rmcp=warn,genai=error
 # 8080: MCP (/mcp, RFC 9728 metadata). 9090: operations (/healthz, /readyz,
 # /metrics); never publish it with the MCP port.
 EXPOSE 8080 9090

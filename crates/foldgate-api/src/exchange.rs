@@ -108,16 +108,19 @@ pub(crate) async fn mcp_exchange(
     response
 }
 
-/// A request's head and body, which `limit_body` has already read into
-/// memory (so this copies nothing); `Err` is the answer to an unreadable
-/// body.
+/// A request's head and body, read here, after authentication, within the
+/// limit `limit_body` set; `Err` is the answer to a body over it (413) or
+/// unreadable.
 async fn buffered_request(req: Request) -> Result<(http::request::Parts, Bytes), Response> {
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, usize::MAX).await {
         Ok(bytes) => Ok((parts, bytes)),
-        Err(_) => {
-            Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None))
-        }
+        Err(e) => match parts.extensions.get::<guard::BodyLimit>() {
+            Some(&guard::BodyLimit(max)) if guard::over_limit(&e) => {
+                Err(guard::body_too_large(max))
+            }
+            _ => Err(jsonrpc_error(StatusCode::BAD_REQUEST, None, -32700, "unreadable body", None)),
+        },
     }
 }
 

@@ -22,30 +22,50 @@ use crate::{
 };
 use foldgate_upstream::{Lookup, Upstreams};
 
-/// Reads the whole body, refusing more than `max` bytes with 413.
+/// The most bytes a request body may have, for whoever reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub usize);
+
+/// The answer to a body over the limit: 413.
+pub(crate) fn body_too_large(max: usize) -> Response {
+    jsonrpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        None,
+        -32600,
+        &format!("request body exceeds {max} bytes"),
+        None,
+    )
+}
+
+/// Limits the body to `max` bytes without reading it: a declared length
+/// over it is refused with 413 at once, before authentication, and any
+/// other body is cut off while it is read (after authentication), which
+/// the reader answers with 413 too ([`BodyLimit`]).
 pub(crate) async fn limit_body(State(max): State<usize>, req: Request, next: Next) -> Response {
-    let too_large = || {
-        jsonrpc_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            -32600,
-            &format!("request body exceeds {max} bytes"),
-            None,
-        )
-    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > max) {
-        return too_large();
+        return body_too_large(max);
     }
-    let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, max).await {
-        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
-        Err(_) => too_large(),
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(BodyLimit(max));
+    let limited = Body::new(http_body_util::Limited::new(body, max));
+    next.run(Request::from_parts(parts, limited)).await
+}
+
+/// Whether a body read failed because it went over its [`BodyLimit`].
+pub(crate) fn over_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
     }
+    false
 }
 
 /// Which `Host` and `Origin` values are accepted (DNS-rebinding protection,

@@ -221,12 +221,18 @@ fn allowed_hosts(config: &ApiConfig, mcp_url: &str) -> Vec<String> {
     hosts
 }
 
+/// Readiness on the MCP port, which the internet may reach: whether the
+/// database answers, never why not (the log and the ops port's `/readyz`
+/// say that).
 async fn readyz(State(gateway): State<Gateway>) -> Response {
     let store = tokio::time::timeout(Duration::from_secs(2), gateway.service.store().ready()).await;
     let database = match store {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the database did not answer within 2 s".to_owned()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness: the database is unavailable");
+            Err("unavailable".to_owned())
+        }
+        Err(_) => Err("unavailable".to_owned()),
     };
     let background = gateway.background.all_running();
     let ready = database.is_ok() && background;

@@ -156,14 +156,37 @@ pub fn redact_url(url: &str) -> String {
         return url.to_owned();
     };
     let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
+    let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) if userinfo.contains(':') => {
             let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}{tail}")
+            format!("{user}:***@{host}")
         }
-        _ => url.to_owned(),
-    }
+        _ => authority.to_owned(),
+    };
+    // A password may also be a query parameter (`?password=…`,
+    // `sslpassword=…` for a client key).
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _))
+                        if SECRET_PARAMS.contains(&key.to_ascii_lowercase().as_str()) =>
+                    {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
+
+/// Query parameters of a database URL whose values are secrets.
+const SECRET_PARAMS: &[&str] = &["password", "sslpassword"];
 
 /// Fails unless every migration this build knows is applied.
 pub(crate) fn check_migrated(
@@ -197,5 +220,13 @@ mod tests {
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=require&password=secret"),
+            "postgres://u@h/db?sslmode=require&password=***"
+        );
+        assert_eq!(
+            redact_url("postgres://u:a@h/db?Password=b&sslpassword=c&x=1"),
+            "postgres://u:***@h/db?Password=***&sslpassword=***&x=1"
+        );
     }
 }

@@ -115,6 +115,13 @@ async fn oversized_bodies_are_refused_with_413() {
         assert!(error["message"].as_str().unwrap().contains("4096"), "{why}: {error}");
     }
 
+    // Without a declared length nothing is read before authentication: a
+    // chunked body without a token is refused as unauthenticated, unread.
+    let anonymous = head("Transfer-Encoding: chunked\n")
+        .replace(&format!("Authorization: Bearer {token}\n"), "");
+    let reply = raw_http(&gw, &anonymous, &chunked).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{:?}", reply.body);
+
     // A chunked body under the limit is read whole and served.
     let mut body = Vec::new();
     for chunk in small.as_bytes().chunks(700) {
