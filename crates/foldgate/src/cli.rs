@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use foldgate_store::{ConnectOptions, redact_url};
+use foldgate_store::redact_url;
 use foldgate_telemetry::{LogFormat, OtelSettings, Telemetry};
 
 use crate::{
@@ -46,11 +46,17 @@ enum Command {
         #[arg(long, env = "FOLDGATE_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Apply pending database migrations, then exit.
+    /// Apply pending database migrations, then exit. Reads the database
+    /// settings as `serve` does: the flag, then the environment, then the
+    /// configuration file.
     Migrate {
-        /// The database: `postgres://…` or `sqlite://PATH` (created if missing).
-        #[arg(long, env = "DATABASE_URL", default_value = "sqlite://foldgate.db")]
-        database_url: String,
+        /// The database: `postgres://…` or `sqlite://PATH` (created if missing)
+        /// [default: the configuration's `database_url`, else sqlite://foldgate.db].
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: Option<String>,
+        /// A TOML configuration file (see docs/configuration.md).
+        #[arg(long, env = "FOLDGATE_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Mint a token signed with FOLDGATE_JWT_SECRET; prints it alone.
     Token {
@@ -157,12 +163,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             });
             running.wait().await?;
         }
-        Command::Migrate { database_url } => {
-            init_logs(
-                telemetry_from_env(std::env::vars()).map_err(anyhow::Error::msg)?.log_format,
-            )?;
-            let shown = redact_url(&database_url);
-            foldgate_store::migrate(&ConnectOptions::new(database_url))
+        Command::Migrate { database_url, config } => {
+            let mut env: Vec<(String, String)> = std::env::vars().collect();
+            // The flag wins over the environment and the file.
+            env.extend(database_url.map(|url| ("DATABASE_URL".to_owned(), url)));
+            let config = Config::read(config.as_deref(), env).map_err(anyhow::Error::msg)?;
+            init_logs(config.telemetry.log_format)?;
+            let shown = redact_url(&config.database_url);
+            foldgate_store::migrate(&config.connect_options())
                 .await
                 .with_context(|| format!("migrating {shown}"))?;
             tracing::info!(database = %shown, "database is migrated");

@@ -152,8 +152,24 @@ const STRING_SETTINGS: &[&[&str]] = &[
 const NOT_SETTINGS: &[&str] = &["FOLDGATE_CONFIG", "FOLDGATE_TEST_DATABASE_URL"];
 
 impl Config {
-    /// Reads `file` (if any), then the environment, then validates.
+    /// Reads `file` (if any), then the environment, then validates, and
+    /// checks that every `${VAR}` the upstreams and models name is set.
     pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let config = Self::read(file, env.iter().cloned())?;
+        config.check_upstream_credentials(|var| {
+            env.iter().find(|(name, _)| name == var).map(|(_, value)| value.clone())
+        })?;
+        Ok(config)
+    }
+
+    /// Reads `file` (if any), then the environment, then validates; the
+    /// `${VAR}`s of credentials are not looked at (for `migrate`, which
+    /// calls no upstream or model).
+    pub fn read(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
@@ -174,9 +190,6 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(Value::Table(table))
             .map_err(|e| format!("configuration: {}: {}", e.path(), e.inner().message()))?;
         config.validate()?;
-        config.check_upstream_credentials(|var| {
-            env.iter().find(|(name, _)| name == var).map(|(_, value)| value.clone())
-        })?;
         Ok(config)
     }
 
@@ -257,6 +270,16 @@ impl Config {
 
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_secs(self.database.acquire_timeout_seconds)
+    }
+
+    /// How to connect to the database, as `serve` and `migrate` do.
+    pub fn connect_options(&self) -> foldgate_store::ConnectOptions {
+        foldgate_store::ConnectOptions {
+            url: self.database_url.clone(),
+            max_connections: self.database.max_connections,
+            acquire_timeout: self.acquire_timeout(),
+            synchronous_metering: self.database.synchronous_metering,
+        }
     }
 }
 

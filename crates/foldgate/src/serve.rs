@@ -15,7 +15,7 @@ use foldgate_engine::{
     Clock, EngineMetrics, FoldingService, MemoryBank, MemoryMetrics, StoreGauges, SystemClock,
     TokenCounter, scrubber_from_config, supervisor,
 };
-use foldgate_store::{Backend, ConnectOptions, redact_url};
+use foldgate_store::{Backend, redact_url};
 use foldgate_telemetry::Telemetry;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -86,12 +86,7 @@ pub async fn start(
     let backend = Backend::of_url(&config.database_url)?;
     let migrate = config.migrate || backend == Backend::Sqlite;
     let shown = redact_url(&config.database_url);
-    let options = ConnectOptions {
-        url: config.database_url.clone(),
-        max_connections: config.database.max_connections,
-        acquire_timeout: config.acquire_timeout(),
-        synchronous_metering: config.database.synchronous_metering,
-    };
+    let options = config.connect_options();
     let store = foldgate_store::connect_with_meter(&options, migrate, &meter)
         .await
         .with_context(|| format!("connecting to {shown}"))?;

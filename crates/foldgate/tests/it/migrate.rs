@@ -21,6 +21,60 @@ async fn migrates_a_new_sqlite_file_and_is_idempotent() {
     assert!(dir.path().join("new.db").exists());
 }
 
+#[test]
+fn migrates_the_database_the_configuration_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("from-file.db");
+    let file = dir.path().join("foldgate.toml");
+    // An upstream whose credential is not set here: `migrate` calls no
+    // upstream, so it does not need it.
+    std::fs::write(
+        &file,
+        format!(
+            "database_url = \"sqlite://{}\"\n[[upstreams]]\nname = \"files\"\n\
+             url = \"http://127.0.0.1:1/mcp\"\n[upstreams.headers]\n\
+             Authorization = \"Bearer ${{FOLDGATE_TEST_UNSET_TOKEN}}\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(FOLDGATE)
+        .args(["migrate", "--config"])
+        .arg(&file)
+        .current_dir(cwd.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("FOLDGATE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(db.exists(), "the file's database is migrated");
+    assert!(!cwd.path().join("foldgate.db").exists(), "not ./foldgate.db");
+
+    // The flag wins over the file; a bad file is an error naming it.
+    let flagged = dir.path().join("flag.db");
+    let out = Command::new(FOLDGATE)
+        .args(["migrate", "--config"])
+        .arg(&file)
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", flagged.display()))
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(flagged.exists());
+    std::fs::write(&file, "database_url = 5\n").unwrap();
+    let out = Command::new(FOLDGATE)
+        .args(["migrate", "--config"])
+        .arg(&file)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("database_url"), "{stderr}");
+}
+
 #[tokio::test]
 async fn migrates_postgres_and_the_store_is_ready() {
     let db = TestDb::new(Backend::Postgres).await;
