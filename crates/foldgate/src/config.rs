@@ -181,14 +181,25 @@ impl Config {
             }
             None => Table::new(),
         };
-        let env: Vec<(String, String)> = env.into_iter().collect();
-        for (name, value) in &env {
-            if let Some(path) = setting_path(name) {
-                set(&mut table, &path, value.clone())?;
+        // Which variable set which setting, to name it in an error.
+        let mut from_env: Vec<(String, String)> = Vec::new();
+        for (name, value) in env {
+            if let Some(path) = setting_path(&name) {
+                set(&mut table, &path, value).map_err(|e| format!("{name}: {e}"))?;
+                from_env.push((path.join("."), name));
             }
         }
-        let config: Config = serde_path_to_error::deserialize(Value::Table(table))
-            .map_err(|e| format!("configuration: {}: {}", e.path(), e.inner().message()))?;
+        let config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.inner().message();
+            let by = from_env.iter().rev().find(|(set, _)| {
+                path == *set || path.strip_prefix(set.as_str()).is_some_and(|r| r.starts_with('.'))
+            });
+            match by {
+                Some((_, var)) => format!("configuration: {var} (setting {path}): {message}"),
+                None => format!("configuration: {path}: {message}"),
+            }
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -471,6 +482,24 @@ mod tests {
         assert_eq!(c.api.allowed_hosts, vec!["a.example", "b.example"]);
         assert_eq!(c.api.rate_limit.burst, 3);
         assert!(c.auth.jwt_secret.is_some());
+    }
+
+    #[test]
+    fn errors_from_the_environment_name_the_variable() {
+        for (var, value, setting) in [
+            ("FOLDGATE_API__MAX_BODY_BYTES", "lots", "api.max_body_bytes"),
+            ("FOLDGATE_FOLDING__MAX_DEPTH", "-1", "folding.max_depth"),
+            ("FOLDGATE_LISTEN", "not an address", "listen"),
+        ] {
+            let e = Config::load(None, env(&[(var, value)])).unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains(setting), "{var}: {e}");
+        }
+        // A bad value from the file names the setting alone.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("foldgate.toml");
+        std::fs::write(&path, "[api]\nmax_body_bytes = \"lots\"\n").unwrap();
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(e.contains("api.max_body_bytes") && !e.contains("FOLDGATE_"), "{e}");
     }
 
     #[test]
