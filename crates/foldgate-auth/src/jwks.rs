@@ -314,6 +314,12 @@ impl Jwks {
         }
     }
 
+    /// Fetches the key set once, keeping nothing: how many usable signing
+    /// keys it has (for `check-config --connect`).
+    pub(crate) async fn usable_keys(&self) -> Result<usize, KeySourceError> {
+        self.download().await.map(|keys| keys.len())
+    }
+
     async fn download(&self) -> Result<Vec<JwksKey>, KeySourceError> {
         let mut response = self
             .client

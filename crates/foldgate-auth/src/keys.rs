@@ -9,7 +9,7 @@
 
 use std::{path::Path, sync::Arc};
 
-use foldgate_domain::Clock;
+use foldgate_domain::{Clock, SystemClock};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 
 use super::{
@@ -77,6 +77,30 @@ impl KeySource {
             }
         }
     }
+}
+
+/// What `check-config` learns of a key source: without contacting
+/// anything, a PEM file is read and parsed; with `connect`, a JWKS is
+/// fetched once. A description of the source, or why it cannot be used.
+pub async fn check_key_source(config: &AuthConfig, connect: bool) -> Result<String, String> {
+    config.validate().map_err(|e| e.to_string())?;
+    if config.jwt_secret.is_some() {
+        return Ok("a shared secret (HS256)".to_owned());
+    }
+    if let Some(path) = &config.public_key_file {
+        let (alg, _) = read_public_key(path).await.map_err(|e| e.to_string())?;
+        return Ok(format!("public_key_file {} ({alg:?})", path.display()));
+    }
+    let Some(url) = &config.jwks_url else {
+        return Err("no JWT key source configured".to_owned());
+    };
+    if !connect {
+        return Ok(format!("the JWKS at {url} (not fetched; --connect fetches it)"));
+    }
+    let jwks = Jwks::new(JwksSettings::from_config(url, config), Arc::new(SystemClock))
+        .map_err(|e| e.to_string())?;
+    let keys = jwks.usable_keys().await.map_err(|e| format!("the JWKS at {url}: {e}"))?;
+    Ok(format!("the JWKS at {url}: {keys} usable signing keys"))
 }
 
 async fn read_public_key(path: &Path) -> Result<(Algorithm, DecodingKey), AuthSetupError> {

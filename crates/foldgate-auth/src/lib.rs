@@ -27,6 +27,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use chrono::{DateTime, TimeDelta, Utc};
 use foldgate_domain::{Caller, Clock, Principal, Subject, SystemClock, TenantId};
 
+pub use self::keys::check_key_source;
 use self::{cache::TokenCache, claims::ClaimRules, keys::KeySource};
 pub use self::{
     config::{AuthConfig, MIN_SECRET_BYTES, Secret},

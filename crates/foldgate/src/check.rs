@@ -1,7 +1,49 @@
-//! What `check-config` prints of a configuration: names, URLs and tenants,
-//! never a credential.
+//! What `check-config` checks beyond parsing, and prints of a
+//! configuration: names, URLs and tenants, never a credential.
+//!
+//! Everything `serve` would refuse at startup is refused here: the scrub
+//! rules and the memory's injection screen are compiled and the public key
+//! file is read. With `--connect`, the database is reached (and its schema
+//! checked against this build) and the JWKS fetched.
 
-use crate::config::Config;
+use anyhow::Context as _;
+use foldgate_store::{ConnectOptions, redact_url};
+
+use crate::config::{AuthMode, Config};
+
+/// Checks what parsing cannot; one line per thing checked, or the first
+/// failure, naming what failed.
+pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    let rules = config.scrub.rules_file.as_ref().map_or_else(
+        || "built-in rules".to_owned(),
+        |path| format!("built-in rules and {}", path.display()),
+    );
+    foldgate_engine::scrubber_from_config(&config.scrub)
+        .context("scrub: the secret-scrubbing rules do not load")?;
+    lines.push(format!("scrub: {rules} compile"));
+    if config.memory.enabled {
+        config.memory.screen().context("memory: the injection screen does not compile")?;
+        lines.push("memory: the injection screen compiles".to_owned());
+    }
+    if config.auth_mode == AuthMode::Jwt && config.has_key_source() {
+        let source = foldgate_api::auth::check_key_source(&config.auth, connect)
+            .await
+            .map_err(|e| anyhow::anyhow!("auth: {e}"))?;
+        lines.push(format!("auth: {source}"));
+    }
+    if connect {
+        let shown = redact_url(&config.database_url);
+        let options = ConnectOptions { max_connections: 1, ..config.connect_options() };
+        let store = foldgate_store::connect(&options, false)
+            .await
+            .with_context(|| format!("database {shown}"))?;
+        store.ready().await.with_context(|| format!("database {shown}"))?;
+        store.close().await;
+        lines.push(format!("database {shown}: reachable, schema current"));
+    }
+    Ok(lines)
+}
 
 /// `check-config`'s line on the upstreams: names, URLs and tenants, never
 /// their credentials.

@@ -74,10 +74,15 @@ enum Command {
         #[arg(long, env = "FOLDGATE_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Check a configuration (file and environment) and exit.
+    /// Check a configuration (file and environment) as `serve` would at
+    /// startup, and exit: non-zero, naming what is wrong, if it would not
+    /// start.
     CheckConfig {
         #[arg(long, env = "FOLDGATE_CONFIG")]
         config: Option<PathBuf>,
+        /// Also reach the database (checking its schema) and fetch the JWKS.
+        #[arg(long)]
+        connect: bool,
     },
     /// List or delete a tenant's lessons in the reasoning memory.
     #[command(subcommand)]
@@ -207,11 +212,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )?;
             println!("{token}");
         }
-        Command::CheckConfig { config } => {
+        Command::CheckConfig { config, connect } => {
             let config =
                 Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
             otel_settings()?;
+            let checked = check::deep_check(&config, connect).await?;
             println!("configuration is valid (database {})", redact_url(&config.database_url));
+            for line in checked {
+                println!("{line}");
+            }
             println!("{}", check::describe_upstreams(&config));
             println!("{}", check::describe_models(&config));
         }

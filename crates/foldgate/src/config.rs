@@ -189,17 +189,19 @@ impl Config {
                 from_env.push((path.join("."), name));
             }
         }
-        let config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.inner().message();
-            let by = from_env.iter().rev().find(|(set, _)| {
-                path == *set || path.strip_prefix(set.as_str()).is_some_and(|r| r.starts_with('.'))
-            });
-            match by {
-                Some((_, var)) => format!("configuration: {var} (setting {path}): {message}"),
-                None => format!("configuration: {path}: {message}"),
-            }
-        })?;
+        let config: Config =
+            serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
+                let path = e.path().to_string();
+                let message = e.inner().message();
+                let by = from_env.iter().rev().find(|(set, _)| {
+                    path == *set
+                        || path.strip_prefix(set.as_str()).is_some_and(|r| r.starts_with('.'))
+                });
+                match by {
+                    Some((_, var)) => format!("configuration: {var} (setting {path}): {message}"),
+                    None => format!("configuration: {path}: {message}"),
+                }
+            })?;
         config.validate()?;
         Ok(config)
     }

@@ -7,17 +7,83 @@ const FOLDGATE: &str = env!("CARGO_BIN_EXE_foldgate");
 
 /// Runs `check-config` on `toml` with exactly `env` as the environment.
 fn check_config(toml: &str, env: &[(&str, &str)]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
+    check_config_in(&tempfile::tempdir().unwrap(), toml, env, &[])
+}
+
+/// Runs `check-config` in `dir` on `toml`, with `args` added.
+fn check_config_in(
+    dir: &tempfile::TempDir,
+    toml: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Output {
     let path = dir.path().join("foldgate.toml");
     std::fs::write(&path, toml).unwrap();
     Command::new(FOLDGATE)
         .args(["check-config", "--config"])
         .arg(&path)
+        .args(args)
         .current_dir(dir.path())
         .env_clear()
         .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// A failed check's standard error.
+fn refused(out: &Output) -> String {
+    assert!(!out.status.success(), "accepted: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn refuses_what_serve_would_refuse_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    // Scrub rules whose regex does not compile.
+    std::fs::write(
+        dir.path().join("rules.toml"),
+        "[[rules]]\nid = \"broken\"\nregex = '''(unclosed'''\n",
+    )
+    .unwrap();
+    let scrub = "[scrub]\nrules_file = \"rules.toml\"\n";
+    let stderr = refused(&check_config_in(&dir, scrub, &[], &[]));
+    assert!(stderr.contains("scrub") && stderr.contains("broken"), "{stderr}");
+    // A public key file that is not there, or holds no public key.
+    let missing = "[auth]\npublic_key_file = \"missing.pem\"\n";
+    let stderr = refused(&check_config_in(&dir, missing, &[], &[]));
+    assert!(stderr.contains("auth") && stderr.contains("missing.pem"), "{stderr}");
+    std::fs::write(dir.path().join("not-a-key.pem"), "hello").unwrap();
+    let bad = "[auth]\npublic_key_file = \"not-a-key.pem\"\n";
+    let stderr = refused(&check_config_in(&dir, bad, &[], &[]));
+    assert!(stderr.contains("not-a-key.pem") && stderr.contains("PEM"), "{stderr}");
+}
+
+#[test]
+fn connect_reaches_the_database_and_the_jwks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("check.db").display());
+    let toml = format!("database_url = \"{db}\"\n");
+    // Without --connect nothing is contacted; with it, the schema is checked.
+    let out = check_config_in(&dir, &toml, &[], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = refused(&check_config_in(&dir, &toml, &[], &["--connect"]));
+    assert!(stderr.contains("check.db") && stderr.contains("migrat"), "{stderr}");
+    let migrated =
+        Command::new(FOLDGATE).args(["migrate", "--database-url", &db]).output().unwrap();
+    assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
+    let out = check_config_in(&dir, &toml, &[], &["--connect"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("reachable, schema current"), "{stdout}");
+    // An unreachable database and JWKS are named.
+    let away = "database_url = \"postgres://u:hunter2@127.0.0.1:1/db\"\n";
+    let stderr = refused(&check_config_in(&dir, away, &[], &["--connect"]));
+    assert!(stderr.contains("127.0.0.1:1") && !stderr.contains("hunter2"), "{stderr}");
+    let jwks = format!("{toml}[auth]\njwks_url = \"http://127.0.0.1:1/jwks.json\"\n");
+    let out = check_config_in(&dir, &jwks, &[], &[]);
+    assert!(out.status.success(), "not fetched without --connect");
+    let stderr = refused(&check_config_in(&dir, &jwks, &[], &["--connect"]));
+    assert!(stderr.contains("JWKS") && stderr.contains("127.0.0.1:1"), "{stderr}");
 }
 
 const MODELS: &str = r#"
@@ -65,6 +131,8 @@ fn names_the_models_and_upstreams_per_tenant_and_never_a_credential() {
         lines,
         [
             "configuration is valid (database sqlite://foldgate.db)",
+            "scrub: built-in rules compile",
+            "memory: the injection screen compiles",
             "upstreams: files (http://127.0.0.1:9000/mcp, tenants: acme)",
             "models: default (openai, http://127.0.0.1:8000/v1, model test-model, tenants: acme, beta); \
              claude (anthropic, https://***@llm.example.com/v1?…, model claude-test, every tenant); \
