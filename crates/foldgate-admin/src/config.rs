@@ -33,6 +33,14 @@ impl AdminConfig {
             )
             .into());
         }
+        // Other `FOLDGATE_` variables are read as settings.
+        if prefix.starts_with("FOLDGATE_") && !prefix.starts_with("FOLDGATE_SECRET_") {
+            return Err(format!(
+                "credential_env_prefix {prefix:?}: variables named FOLDGATE_… are settings; \
+                 use FOLDGATE_SECRET_… (never read as settings) or a prefix of your own"
+            )
+            .into());
+        }
         Ok(())
     }
 }
@@ -44,7 +52,10 @@ mod tests {
     #[test]
     fn the_prefix_is_checked() {
         AdminConfig::default().validate().unwrap();
-        for bad in ["", "X", "1ABC", "FOLD-GATE_", "FOLDGATE SECRET"] {
+        for good in ["FOLDGATE_SECRET_TEAM_", "TEAM_SECRET_", "CARGO_PKG_"] {
+            AdminConfig { credential_env_prefix: good.to_owned() }.validate().unwrap();
+        }
+        for bad in ["", "X", "1ABC", "FOLD-GATE_", "FOLDGATE SECRET", "FOLDGATE_TEAM_"] {
             let config = AdminConfig { credential_env_prefix: bad.to_owned() };
             assert!(config.validate().is_err(), "{bad:?}");
         }

@@ -390,13 +390,25 @@ pub fn to_value(answer: &impl Serialize) -> Value {
 mod tests {
     use super::*;
 
-    /// Every folding tool's output schema compiles and is an object schema.
+    /// Every folding tool's schemas compile, are object schemas, and use
+    /// only the formats JSON Schema defines (clients' validators warn of
+    /// others on every call).
     #[test]
     fn output_schemas_are_objects() {
         for tool in FoldingTool::ALL {
             let schema = Value::Object(output_schema(tool));
             assert_eq!(schema["type"], "object", "{}", tool.name());
             assert!(jsonschema::validator_for(&schema).is_ok(), "{}", tool.name());
+            for schema in [schema, Value::Object(crate::args::input_schema(tool))] {
+                let text = schema.to_string();
+                for foreign in ["\"uint", "\"int32\"", "\"int64\"", "\"double\""] {
+                    assert!(
+                        !text.contains(&format!("\"format\":{foreign}")),
+                        "{}: {text}",
+                        tool.name()
+                    );
+                }
+            }
         }
     }
 

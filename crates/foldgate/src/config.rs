@@ -147,6 +147,11 @@ const STRING_SETTINGS: &[&[&str]] = &[
     &["auth", "tenant_claim"],
 ];
 
+/// Variables with this prefix are never settings: they hold credentials
+/// that upstreams and models registered through the admin API name
+/// (`[admin] credential_env_prefix`, whose default this is).
+const SECRET_PREFIX: &str = "FOLDGATE_SECRET_";
+
 /// Environment variables the generic `FOLDGATE_` mapping skips: they
 /// belong to commands, not to `serve`'s settings.
 const NOT_SETTINGS: &[&str] = &["FOLDGATE_CONFIG", "FOLDGATE_TEST_DATABASE_URL"];
@@ -321,7 +326,7 @@ fn setting_path(name: &str) -> Option<Vec<String>> {
     if let Some((_, path)) = ENV_ALIASES.iter().find(|(n, _)| *n == name) {
         return Some(path.iter().map(|s| (*s).to_owned()).collect());
     }
-    if NOT_SETTINGS.contains(&name) {
+    if NOT_SETTINGS.contains(&name) || name.starts_with(SECRET_PREFIX) {
         return None;
     }
     let rest = name.strip_prefix("FOLDGATE_")?;
@@ -423,6 +428,8 @@ mod tests {
             vec!["folding".to_owned(), "max_depth".to_owned()]
         );
         let env = [("FOLDGATE_PORT".to_owned(), "tcp://10.0.0.1:8080".to_owned())];
+        Config::load(None, env).unwrap();
+        let env = [("FOLDGATE_SECRET_TEAM_A".to_owned(), "s3cret".to_owned())];
         Config::load(None, env).unwrap();
     }
 

@@ -478,7 +478,52 @@ pub(crate) fn schema_object(schema: schemars::Schema) -> Map<String, Value> {
     map.remove("title");
     map.remove("description");
     map.insert("type".to_owned(), Value::from("object"));
+    for value in map.values_mut() {
+        drop_foreign_formats(value);
+    }
     map
+}
+
+/// The `format`s JSON Schema defines; schemars also writes Rust's integer
+/// types (`uint64`, `int32`, …), which validators warn about on every call
+/// (and the `minimum` beside them already says what they mean).
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+fn drop_foreign_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let foreign = map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !STANDARD_FORMATS.contains(&f));
+            if foreign {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_foreign_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_foreign_formats),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
