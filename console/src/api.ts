@@ -64,6 +64,76 @@ export interface SessionDetail extends SessionView {
   branches: BranchNode[];
 }
 
+/** One upstream call of a branch. */
+export interface CallView {
+  id: string;
+  upstream: string;
+  tool: string;
+  tokens_in: number;
+  tokens_out: number;
+  tokens_charged: number;
+  duration_ms: number;
+  /** ok, tool_error, upstream_error, truncated or refused. */
+  outcome: string;
+  called_at: string;
+}
+
+/** A gateway-run branch's run. */
+export interface RunView {
+  model: string;
+  state: string;
+  tools: string[];
+  steps: number;
+  model_calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  resumes: number;
+  lease_owner: string | null;
+  lease_until: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A tool call a model step asked for; `arguments` is compact JSON. */
+export interface ToolCallView {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** One step of a run: a model call, or a tool call the model asked for. */
+export interface StepView {
+  seq: number;
+  kind: string;
+  input_tokens: number;
+  output_tokens: number;
+  duration_ms: number;
+  repeated: boolean;
+  at: string;
+  /** A model step's text. */
+  text: string | null;
+  tool_calls: ToolCallView[];
+  /** A tool step: the call it answers, its tool, its result. */
+  call_id: string | null;
+  tool: string | null;
+  result: string | null;
+  error: boolean | null;
+  /** Some of its text was cut by the API. */
+  truncated: boolean;
+}
+
+/** A branch with its children, its calls, and a gateway run's steps (each newest first). */
+export interface BranchDetail {
+  session_id: string;
+  parent_id: string | null;
+  branch: BranchNode;
+  calls: CallView[];
+  calls_next: string | null;
+  run: RunView | null;
+  steps: StepView[];
+  steps_next: number | null;
+}
+
 export interface SessionEnded {
   session_id: string;
   branches_ended: number;
@@ -261,6 +331,19 @@ export const admin = {
     ),
   session: (token: string, tenant: string, id: string, signal?: AbortSignal) =>
     call<SessionDetail>(token, "GET", `/tenants/${seg(tenant)}/sessions/${seg(id)}`, signal),
+  branch: (
+    token: string,
+    tenant: string,
+    id: string,
+    page: { calls_limit?: number; steps_limit?: number },
+    signal?: AbortSignal,
+  ) =>
+    call<BranchDetail>(
+      token,
+      "GET",
+      `/tenants/${seg(tenant)}/branches/${seg(id)}${query(page)}`,
+      signal,
+    ),
   endBranch: (token: string, tenant: string, branch: string) =>
     call<{ branch: BranchNode }>(
       token,

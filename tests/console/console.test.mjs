@@ -3,8 +3,10 @@
 //   sign-in (refusals on a bad token and on a token without an admin scope,
 //   then keyboard-only with an admin token), the tenants, a tenant's open
 //   sessions, a live session whose tree shows a branch appear and end as the
-//   client creates and returns it, a branch's details (its result as text),
-//   ending a branch from the console (and the agent finding it ended), the
+//   client creates and returns it, a branch's details (its result as text,
+//   the upstream calls the client made in it), a gateway-run branch's run and
+//   steps (a step's full body opened with the keyboard), ending a branch from
+//   the console (and the agent finding it ended), the
 //   audit entry, ending the session; a tenant's limits changed by the
 //   deployment admin (saved, a refusal shown with nothing changed, the audit
 //   entry, every override cleared), its usage report filling in as the
@@ -71,7 +73,7 @@ async function step(label, body) {
 
 // --- the MCP client: JSON-RPC POSTs to /mcp ------------------------------------------------
 let rpcId = 0;
-async function tool(token, name, args) {
+async function tool(token, name, args, headers = {}) {
   rpcId += 1;
   const response = await fetch(`${BASE}/mcp`, {
     method: "POST",
@@ -80,6 +82,7 @@ async function tool(token, name, args) {
       "Content-Type": "application/json",
       Accept: "application/json, text/event-stream",
       "MCP-Protocol-Version": "2025-11-25",
+      ...headers,
     },
     body: JSON.stringify({ jsonrpc: "2.0", id: rpcId, method: "tools/call", params: { name, arguments: args } }),
   });
@@ -272,6 +275,11 @@ try {
   });
 
   await step("the branch ends when the client returns it", async () => {
+    // Two upstream calls inside the branch first: one read, one tool error.
+    const inBranch = { "Foldgate-Branch": branchB };
+    const read = await tool(args.agent, "files__read_file", { path: "ci.yml", lines: 3 }, inBranch);
+    const failing = await tool(args.agent, "files__fail", {}, inBranch);
+    if (read.isError || failing.isError !== true) throw new Error(JSON.stringify({ read, failing }));
     const returned = await tool(args.agent, "branch_return", {
       branch_id: branchB,
       message: "Found it: <b>not bold</b> <script>alert(1)</script> the retry loop in ci.yml",
@@ -294,6 +302,102 @@ try {
       { text, elements },
     );
     await screenshot("branch-returned-details");
+  });
+
+  await step("a branch's upstream calls", async () => {
+    const rows = page.locator(".calls-table tbody tr");
+    await rows.nth(1).waitFor();
+    const cells = await rows.evaluateAll((trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent.trim())));
+    // Tool, in, out, charged, duration, outcome, time: newest first.
+    check(
+      "its details list its two calls, newest first, with tool, tokens, duration, outcome and time",
+      cells.length === 2 &&
+        cells[0][0] === "files__fail" && cells[0][5] === "tool error" &&
+        cells[1][0] === "files__read_file" && cells[1][5] === "ok" &&
+        cells.every((c) => /^[0-9,]+$/.test(c[1]) && /^[0-9,]+$/.test(c[3]) && / (ms|s)$/.test(c[4]) && /^\d\d:\d\d:\d\d$/.test(c[6])),
+      cells,
+    );
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/branches/${branchB}`);
+    const charged = api.body?.calls?.map((c) => c.tokens_charged.toLocaleString("en"));
+    check(
+      "the same calls as the admin API's",
+      api.status === 200 && JSON.stringify(charged) === JSON.stringify(cells.map((c) => c[3])) &&
+        api.body.branch.calls === 2,
+      { charged, api: api.body?.calls },
+    );
+    check("an agent's branch has no run or steps", (await page.locator("#steps-title, #run-title").count()) === 0);
+    await page.locator(".calls-table").scrollIntoViewIfNeeded();
+    await screenshot("branch-calls");
+  });
+
+  await step("a gateway-run branch's run and steps", async () => {
+    const description = "find the retry loop in the CI configuration";
+    const run = await tool(args.agent, "branch_run", {
+      session_id: SESSION,
+      description,
+      prompt: "The flaky tests are retried somewhere in CI; say where.",
+      budget: 6000,
+      timeout_seconds: 60,
+    });
+    const result = run.structuredContent ?? {};
+    if (run.isError || result.status !== "completed") throw new Error(`branch_run: ${JSON.stringify(run)}`);
+    const runId = result.branch_id;
+    await node(runId).waitFor({ timeout: 5000 });
+    check("the gateway-run branch appears in the tree, marked so", (await node(runId).locator(".kind").innerText()) === "gateway-run");
+    await node(runId).getByRole("link", { name: description }).click();
+    const fields = page.locator(".run-fields");
+    await fields.waitFor();
+    const runText = await fields.innerText();
+    check(
+      "its details show the run: model, state, steps, what the provider billed",
+      runText.includes("scripted") && runText.includes("done") && runText.includes("2 model calls, 1,860 input, 79 output tokens"),
+      runText,
+    );
+    const steps = page.locator("ol.steps > li");
+    await steps.nth(3).waitFor();
+    const seqs = await steps.evaluateAll((items) => items.map((li) => li.getAttribute("data-seq")));
+    const summaries = await page.locator("ol.steps .step-summary").allInnerTexts();
+    check(
+      "its four steps in the order the run made them, each summed up",
+      JSON.stringify(seqs) === JSON.stringify(["0", "1", "2", "3"]) &&
+        summaries[0].includes("asked for files__read_file, files__read_file") &&
+        summaries[1].startsWith("files__read_file returned: //") &&
+        summaries[3].startsWith("Answered: The retry loop is in ci.yml"),
+      summaries,
+    );
+    const head = await steps.nth(0).locator(".step-head").innerText();
+    check("a model step shows its tokens and duration", head.includes("620 in / 48 out tokens") && / (ms|s)/.test(head), head);
+    const calls = await page.locator(".calls-table tbody tr").count();
+    check("the run's upstream calls are listed as the branch's", calls === 2, calls);
+
+    // The full body of the last step, reached and opened with the keyboard.
+    await steps.nth(2).locator("summary").focus();
+    await page.keyboard.press("Tab");
+    const focused = await page.evaluate(() => ({
+      seq: document.activeElement?.closest("li.step")?.getAttribute("data-seq"),
+      tag: document.activeElement?.tagName,
+      outline: getComputedStyle(document.activeElement).outlineStyle,
+    }));
+    await page.keyboard.press("Enter");
+    const body = steps.nth(3).locator("pre.step-text");
+    await body.waitFor();
+    check(
+      "Tab reaches the next step's Full body, with a visible focus ring; Enter shows its whole text",
+      focused.seq === "3" && focused.tag === "SUMMARY" && focused.outline === "solid" &&
+        (await body.innerText()).includes("handler_2 in tests/retry.rs"),
+      focused,
+    );
+    await steps.nth(0).locator("summary").click();
+    const asked = await steps.nth(0).locator(".tool-calls").innerText();
+    check("a model step's body lists the tool calls it asked for, with their arguments", asked.includes('"path":"ci.yml"') && asked.includes("call_helper"), asked);
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/branches/${runId}`);
+    check(
+      "the admin API agrees: the run, four steps, two calls",
+      api.status === 200 && api.body.run?.state === "done" && api.body.steps.length === 4 && api.body.calls.length === 2,
+      api.body?.run,
+    );
+    await steps.nth(3).scrollIntoViewIfNeeded();
+    await screenshot("gateway-run-steps");
   });
 
   await step("ending a branch from the console", async () => {

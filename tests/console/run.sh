@@ -2,12 +2,17 @@
 # The web console (/console) in a headless browser against a real foldgate:
 #   1. the console build committed in crates/foldgate-console/assets is what `npm ci && npm run
 #      build` in console/ produces, byte for byte;
-#   2. `foldgate serve` on loopback (SQLite in a temporary directory, a known JWT secret) with
-#      Debian's Chromium driven by npm playwright-core (tests/console/console.test.mjs), while
-#      a plain JSON-RPC MCP client creates, returns and has branches ended under it.
+#   2. `foldgate serve` on loopback (SQLite in a temporary directory, a known JWT secret, the
+#      testkit's files MCP server as an upstream and its scripted model server as a model for
+#      tenant acme) with Debian's Chromium driven by npm playwright-core
+#      (tests/console/console.test.mjs), while a plain JSON-RPC MCP client creates, returns and
+#      has branches ended under it, calls the upstream inside a branch and has the gateway run
+#      a branch on the scripted model (tests/console/model-script.json).
 # Installs what it needs: Chromium with apt-get if /usr/bin/chromium is missing (Playwright never
 # downloads a browser), `npm ci` in console/ and tests/console. Screenshots of each step go to
 # target/console-screenshots/. Prints `N passed, N failed` last and exits non-zero on any failure.
+# FOLDGATE_BIN=path uses that foldgate binary, FOLDGATE_TESTKIT_BIN=dir the testkit's
+# foldgate-files-upstream and foldgate-model-server found there, instead of building them.
 set -euo pipefail
 exec </dev/null
 cd "$(dirname "$0")/../.."
@@ -20,6 +25,21 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 export CARGO_TERM_COLOR=never
 
 log() { printf '\n== console: %s\n' "$*"; }
+
+# wait_url FILE PID PREFIX: the URL a server prints after PREFIX on its first such line of
+# FILE, once it has (at most 30 s); nothing if it exits or never does.
+wait_url() {
+  local file=$1 pid=$2 prefix=$3 i url
+  for ((i = 0; i < 150; i++)); do
+    url=$(sed -n "s|^$prefix \(http[^ ]*\)\$|\1|p" "$file" 2>/dev/null | head -n 1)
+    if [ -n "$url" ]; then
+      echo "$url"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.2
+  done
+}
 
 PASSED=0
 FAILED=0
@@ -65,14 +85,59 @@ else
   FOLDGATE="${CARGO_TARGET_DIR:-$ROOT/target}/debug/foldgate"
 fi
 [ -x "$FOLDGATE" ] || { echo "no foldgate binary at $FOLDGATE"; exit 1; }
+if [ -n "${FOLDGATE_TESTKIT_BIN:-}" ]; then
+  TESTKIT=$FOLDGATE_TESTKIT_BIN
+else
+  log "cargo build -p foldgate-testkit --bin foldgate-files-upstream --bin foldgate-model-server"
+  cargo build -p foldgate-testkit --bin foldgate-files-upstream --bin foldgate-model-server
+  TESTKIT="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+fi
+for bin in foldgate-files-upstream foldgate-model-server; do
+  [ -x "$TESTKIT/$bin" ] || { echo "no $bin binary in $TESTKIT"; exit 1; }
+done
+
+DIR=$(mktemp -d)
+TMPDIRS+=("$DIR")
+log "the files MCP server and the scripted model server on loopback"
+"$TESTKIT/foldgate-files-upstream" --tools read_file,fail >"$DIR/upstream.out" 2>"$DIR/upstream.err" &
+PIDS+=($!)
+UPSTREAM_URL=$(wait_url "$DIR/upstream.out" $! "files upstream at")
+"$TESTKIT/foldgate-model-server" --script "$HERE/model-script.json" \
+  >"$DIR/model.out" 2>"$DIR/model.err" &
+PIDS+=($!)
+MODEL_URL=$(wait_url "$DIR/model.out" $! "model server at")
+if [ -z "$UPSTREAM_URL" ] || [ -z "$MODEL_URL" ]; then
+  echo "the upstream or the model server did not start; their output:"
+  cat "$DIR"/upstream.* "$DIR"/model.* || true
+  fail "the files upstream and the model server started"
+  echo
+  echo "$PASSED passed, $FAILED failed"
+  exit 1
+fi
+echo "files upstream at $UPSTREAM_URL, model server at $MODEL_URL"
+cat >"$DIR/foldgate.toml" <<TOML
+[[upstreams]]
+name = "files"
+url = "$UPSTREAM_URL"
+tenants = ["acme"]
+refresh_seconds = 1
+
+[[models]]
+name = "scripted"
+provider = "openai"
+base_url = "$MODEL_URL"
+model = "console-test"
+api_key = "\${LLM_API_KEY}"
+tenants = ["acme"]
+timeout_seconds = 30
+TOML
 
 log "foldgate serve on loopback (SQLite)"
 read -r PORT OPS_PORT < <(free_ports 2)
-DIR=$(mktemp -d)
-TMPDIRS+=("$DIR")
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-(cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" "$FOLDGATE" serve \
-  --database-url "sqlite://$DIR/console.db" \
+LLM_KEY="sk-console-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+(cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" LLM_API_KEY="$LLM_KEY" \
+  "$FOLDGATE" serve --config "$DIR/foldgate.toml" --database-url "sqlite://$DIR/console.db" \
   --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT" >"$DIR/stdout" 2>"$DIR/stderr") &
 PIDS+=($!)
 SERVER_PID=$!

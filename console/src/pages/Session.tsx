@@ -1,6 +1,7 @@
 // A session and its branch tree, read again every 1.5 s: branches appear as
 // agents create them, change state as they end, and count down to their
-// deadlines. A branch's details are shown beside the tree.
+// deadlines. A branch's details are shown beside the tree, with its upstream
+// calls and, for a gateway-run branch, its run's steps.
 
 import { useEffect, useRef, useState } from "preact/hooks";
 
@@ -14,6 +15,7 @@ import {
   Notice,
   Status,
 } from "../components/ui";
+import { BranchTrace } from "../components/trace";
 import { usePoll, useTick } from "../poll";
 import { href } from "../router";
 import { ago, clock, count, span } from "../time";
@@ -156,7 +158,13 @@ function TreeNode(props: { node: BranchNode; actions: Actions }) {
   );
 }
 
-function Details(props: { node: BranchNode | undefined; id: string | null; close: string }) {
+function Details(props: {
+  node: BranchNode | undefined;
+  id: string | null;
+  close: string;
+  token: string;
+  tenant: string;
+}) {
   const { node } = props;
   const ref = useRef<HTMLHeadingElement>(null);
   useEffect(() => {
@@ -234,6 +242,7 @@ function Details(props: { node: BranchNode | undefined; id: string | null; close
           {node.result}
         </pre>
       )}
+      <BranchTrace key={node.branch_id} token={props.token} tenant={props.tenant} node={node} />
     </aside>
   );
 }
@@ -354,7 +363,7 @@ export function Session({ token, location }: PageProps) {
         {activity}
       </p>
       {detail ? (
-        <div class="split">
+        <div class={selected ? "split split-details" : "split"}>
           <section class="tree-wrap" aria-labelledby="tree-title">
             <h2 id="tree-title">Branch tree</h2>
             {detail.branches.length === 0 ? (
@@ -367,6 +376,8 @@ export function Session({ token, location }: PageProps) {
             node={selected ? all.find((n) => n.branch_id === selected) : undefined}
             id={selected}
             close={close}
+            token={token}
+            tenant={tenant}
           />
         </div>
       ) : null}

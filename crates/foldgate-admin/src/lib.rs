@@ -6,6 +6,9 @@
 //!   tokens today;
 //! - `GET /tenants/{tenant}/sessions` and `…/sessions/{session_id}`: a
 //!   tenant's sessions, and a session with its branch tree;
+//! - `GET /tenants/{tenant}/branches/{branch_id}`: a branch with its
+//!   children, its upstream calls, and a gateway-run branch's run and
+//!   steps;
 //! - `POST /tenants/{tenant}/branches/{branch_id}/end` and
 //!   `…/sessions/{session_id}/end`: end a runaway branch or a session;
 //! - `GET`/`PUT /tenants/{tenant}/limits`: a tenant's limits, budgets,
@@ -54,6 +57,7 @@ pub mod federation;
 pub mod routes;
 pub mod sync;
 pub mod tenancy;
+pub mod trace;
 pub mod views;
 
 pub use config::AdminConfig;
@@ -80,7 +84,8 @@ pub struct AdminState {
 #[openapi(
     info(
         title = "foldgate admin API",
-        description = "Tenants, sessions and branch trees, operator ends and the audit log. \
+        description = "Tenants, sessions and branch trees, a branch's calls and steps, operator \
+            ends and the audit log. \
             Bearer JWTs with the `foldgate:admin` (whole deployment) or `tenant:admin` (own \
             tenant) scope.",
     ),
@@ -89,6 +94,7 @@ pub struct AdminState {
         routes::tenants,
         routes::sessions,
         routes::session,
+        trace::branch,
         routes::end_branch,
         routes::end_session,
         routes::audit_log,
@@ -107,7 +113,7 @@ pub struct AdminState {
     tags(
         (name = "tenants", description = "Tenants at a glance"),
         (name = "sessions", description = "Sessions and their branch trees"),
-        (name = "branches", description = "Ending a branch"),
+        (name = "branches", description = "A branch's calls and steps, and ending a branch"),
         (name = "limits", description = "A tenant's limits, quotas and usage"),
         (name = "federation", description = "Upstream MCP servers and model providers: \
             health, registration and removal"),
@@ -149,6 +155,7 @@ where
         .route("/tenants/{tenant}/sessions", get(routes::sessions))
         .route("/tenants/{tenant}/sessions/{session_id}", get(routes::session))
         .route("/tenants/{tenant}/sessions/{session_id}/end", post(routes::end_session))
+        .route("/tenants/{tenant}/branches/{branch_id}", get(trace::branch))
         .route("/tenants/{tenant}/branches/{branch_id}/end", post(routes::end_branch))
         .route("/tenants/{tenant}/limits", get(tenancy::limits).put(tenancy::put_limits))
         .route("/tenants/{tenant}/usage", get(tenancy::usage))

@@ -66,8 +66,8 @@ pub struct SessionPath {
 
 #[derive(Debug, Deserialize)]
 pub struct BranchPath {
-    tenant: String,
-    branch_id: String,
+    pub(crate) tenant: String,
+    pub(crate) branch_id: String,
 }
 
 /// Which sessions to list.
@@ -132,7 +132,7 @@ fn session_id(raw: &str) -> Result<SessionId, AdminError> {
     SessionId::parse(raw).map_err(|_| AdminError::NotFound("session"))
 }
 
-fn branch_id(raw: &str) -> Result<BranchId, AdminError> {
+pub(crate) fn branch_id(raw: &str) -> Result<BranchId, AdminError> {
     BranchId::parse(raw).map_err(|e| AdminError::BadRequest(format!("`branch_id` {}", e.reason)))
 }
 

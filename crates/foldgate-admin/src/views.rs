@@ -174,7 +174,8 @@ impl BranchNode {
         }
     }
 
-    fn from_tree(t: &TreeBranch) -> Self {
+    /// A branch of a tree, with its calls and bill (without its children).
+    pub(crate) fn from_tree(t: &TreeBranch) -> Self {
         Self {
             calls: t.calls,
             call_tokens: t.call_tokens,

@@ -1,6 +1,6 @@
 //! Upstream tool calls: one line of a branch's trace, and what they add up to.
 
-use std::time::Duration;
+use std::{str::FromStr, time::Duration};
 
 use chrono::{DateTime, Utc};
 use foldgate_domain::Tokens;
@@ -30,6 +30,21 @@ impl CallOutcome {
             Self::Truncated => "truncated",
             Self::Refused => "refused",
         }
+    }
+}
+
+impl FromStr for CallOutcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "ok" => Self::Ok,
+            "tool_error" => Self::ToolError,
+            "upstream_error" => Self::UpstreamError,
+            "truncated" => Self::Truncated,
+            "refused" => Self::Refused,
+            other => return Err(format!("unknown call outcome {other:?}")),
+        })
     }
 }
 

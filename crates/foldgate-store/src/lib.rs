@@ -38,8 +38,9 @@ mod ts;
 mod tx;
 
 pub use admin::{
-    AdminStore, AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, StoredSettings,
-    TenantOverview, TenantSpend, TreeBranch, UsageKind, UsageLine,
+    AdminStore, AuditEntry, AuditPage, BranchTrace, MAX_PAGE, SessionListing, SessionPage,
+    StoredSettings, TenantOverview, TenantSpend, TracePage, TracedCall, TreeBranch, UsageKind,
+    UsageLine,
 };
 pub use api::{PoolUsage, Store};
 pub use calls::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};

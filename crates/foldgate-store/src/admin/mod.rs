@@ -1,6 +1,7 @@
 //! What operators read and record through the admin API: tenants at a
 //! glance, a tenant's sessions, a session's branch tree with each branch's
-//! calls and model bill, and the audit log of changes.
+//! calls and model bill, a branch's own calls and its run's steps, and the
+//! audit log of changes.
 //!
 //! None of this is on the folding path: these reads serve an operator's
 //! screen, one statement each, and never lock a row that folding takes.
@@ -9,22 +10,25 @@ mod types;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use foldgate_domain::{Branch, Principal, Session, SessionId, Subject, TenantId, TenantSettings};
+use foldgate_domain::{
+    Branch, BranchId, Principal, Session, SessionId, Subject, TenantId, TenantSettings,
+};
 use sqlx::{ColumnIndex, Database, Encode, Executor, Type};
 use uuid::Uuid;
 
 pub use self::types::{
-    AuditEntry, AuditPage, MAX_PAGE, SessionListing, SessionPage, StoredSettings, TenantOverview,
-    TenantSpend, TreeBranch, UsageKind, UsageLine,
+    AuditEntry, AuditPage, BranchTrace, MAX_PAGE, SessionListing, SessionPage, StoredSettings,
+    TenantOverview, TenantSpend, TracePage, TracedCall, TreeBranch, UsageKind, UsageLine,
 };
 use self::types::{
-    AuditRow, SessionListingRow, SettingsRow, SpendRow, TenantRow, TreeRow, UsageRow, corrupt,
-    count, day, settings_of,
+    AuditRow, CallRow, SessionListingRow, SettingsRow, SpendRow, TenantRow, TreeRow, UsageRow,
+    corrupt, count, day, settings_of,
 };
 use crate::{
-    ModelUsage, StoreError,
+    ModelUsage, Run, RunStep, StoreError,
     dialect::{Dialect, Param, Value},
     record::{SessionRow, branch_columns, db_tokens as db_count, session_columns, tokens},
+    runs::{RunRow, StepRow, run_columns},
     store::SqlStore,
     ts::Ts,
 };
@@ -55,6 +59,15 @@ pub trait AdminStore {
         tenant: &TenantId,
         session: &SessionId,
     ) -> Result<Option<(Session, Vec<TreeBranch>)>, StoreError>;
+
+    /// A branch with its children, a page of its upstream calls and, for a
+    /// gateway-run branch, its run and a page of the run's steps.
+    async fn branch_trace(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        page: &TracePage,
+    ) -> Result<Option<BranchTrace>, StoreError>;
 
     async fn record_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
 
@@ -107,6 +120,7 @@ where
     Option<Ts>: Param<D::DB>,
     for<'a> Option<&'a str>: Encode<'a, D::DB> + Type<D::DB>,
     Option<Uuid>: Param<D::DB>,
+    Option<i64>: Param<D::DB>,
     String: Value<D::DB>,
     i64: Value<D::DB>,
     i32: Value<D::DB>,
@@ -227,29 +241,101 @@ where
             .bind(session.as_str())
             .fetch_all(&self.pool)
             .await?;
-            let branches = rows
-                .into_iter()
-                .map(|r| {
-                    let model = match r.model {
-                        Some(model) => Some((
-                            model,
-                            ModelUsage {
-                                calls: count(r.model_calls.unwrap_or(0)),
-                                input_tokens: tokens(r.model_input.unwrap_or(0))?,
-                                output_tokens: tokens(r.model_output.unwrap_or(0))?,
-                            },
-                        )),
-                        None => None,
-                    };
-                    Ok(TreeBranch {
-                        branch: Branch::try_from(r.branch)?,
-                        calls: count(r.calls.unwrap_or(0)),
-                        call_tokens: tokens(r.call_tokens.unwrap_or(0))?,
-                        model,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let branches = rows.into_iter().map(tree_branch).collect::<Result<Vec<_>, _>>()?;
             Ok(Some((Session::try_from(found)?, branches)))
+        })
+        .await
+    }
+
+    async fn branch_trace(
+        &self,
+        tenant: &TenantId,
+        id: BranchId,
+        page: &TracePage,
+    ) -> Result<Option<BranchTrace>, StoreError> {
+        self.timed("admin_branch_trace", async {
+            // The branch and its children, each with its calls and bill
+            // added up as in a session's tree.
+            let rows: Vec<TreeRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                branch_columns!(),
+                ", c.calls, c.call_tokens, r.model, r.model_calls, r.model_input, r.model_output \
+                 FROM branches \
+                 LEFT JOIN (SELECT branch_id AS call_branch, count(*) AS calls, \
+                  CAST(sum(tokens_charged) AS BIGINT) AS call_tokens FROM branch_calls \
+                  WHERE tenant_id = $1 AND branch_id IN (SELECT id FROM branches \
+                  WHERE tenant_id = $1 AND (id = $2 OR parent_id = $2)) GROUP BY branch_id) AS c \
+                  ON c.call_branch = branches.id \
+                 LEFT JOIN (SELECT branch_id AS run_branch, model, \
+                  CAST(model_calls AS BIGINT) AS model_calls, input_tokens AS model_input, \
+                  output_tokens AS model_output FROM branch_runs WHERE tenant_id = $1) AS r \
+                  ON r.run_branch = branches.id \
+                 WHERE tenant_id = $1 AND (id = $2 OR parent_id = $2) ORDER BY created_at, id"
+            ))
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_all(&self.pool)
+            .await?;
+            let mut found = None;
+            let mut children = Vec::new();
+            for row in rows {
+                let branch = tree_branch(row)?;
+                if branch.branch.id == id {
+                    found = Some(branch);
+                } else {
+                    children.push(branch);
+                }
+            }
+            let Some(branch) = found else { return Ok(None) };
+
+            // Newest first, by the index of a branch's calls by time.
+            let calls = if page.calls == 0 {
+                Vec::new()
+            } else {
+                let (before_at, before_id) = page.calls_before.unzip();
+                let rows: Vec<CallRow> = sqlx::query_as(
+                    "SELECT id, upstream, tool, tokens_in, tokens_out, tokens_charged, duration_ms, \
+                     outcome, called_at FROM branch_calls WHERE tenant_id = $1 AND branch_id = $2 \
+                     AND ($3 IS NULL OR called_at < $3 OR (called_at = $3 AND id < $4)) \
+                     ORDER BY called_at DESC, id DESC LIMIT $5",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .bind(Ts::opt(before_at))
+                .bind(before_id)
+                .bind(i64::from(page.calls.min(MAX_PAGE)))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(TracedCall::try_from).collect::<Result<Vec<_>, _>>()?
+            };
+
+            let run: Option<RunRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM branch_runs WHERE tenant_id = $1 AND branch_id = $2"
+            ))
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await?;
+            let run = run.map(Run::try_from).transpose()?;
+            let steps = if run.is_none() || page.steps == 0 {
+                Vec::new()
+            } else {
+                let rows: Vec<StepRow> = sqlx::query_as(
+                    "SELECT seq, kind, body, input_tokens, output_tokens, duration_ms, repeated, \
+                     at FROM run_steps WHERE tenant_id = $1 AND branch_id = $2 \
+                     AND ($3 IS NULL OR seq < $3) ORDER BY seq DESC LIMIT $4",
+                )
+                .bind(tenant.as_str())
+                .bind(id.as_uuid())
+                .bind(page.steps_before.map(i64::from))
+                .bind(i64::from(page.steps.min(MAX_PAGE)))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(RunStep::try_from).collect::<Result<Vec<_>, _>>()?
+            };
+            Ok(Some(BranchTrace { branch, children, calls, run, steps }))
         })
         .await
     }
@@ -470,6 +556,27 @@ where
         })
         .await
     }
+}
+
+/// A branch of a tree, with its calls and model bill added up.
+fn tree_branch(r: TreeRow) -> Result<TreeBranch, StoreError> {
+    let model = match r.model {
+        Some(model) => Some((
+            model,
+            ModelUsage {
+                calls: count(r.model_calls.unwrap_or(0)),
+                input_tokens: tokens(r.model_input.unwrap_or(0))?,
+                output_tokens: tokens(r.model_output.unwrap_or(0))?,
+            },
+        )),
+        None => None,
+    };
+    Ok(TreeBranch {
+        branch: Branch::try_from(r.branch)?,
+        calls: count(r.calls.unwrap_or(0)),
+        call_tokens: tokens(r.call_tokens.unwrap_or(0))?,
+        model,
+    })
 }
 
 /// The statement that writes an audit entry.

@@ -1,13 +1,15 @@
 //! The admin API's types: what the store answers and takes, and the rows
 //! it reads them from.
 
+use std::time::Duration;
+
 use chrono::{DateTime, NaiveDate, Utc};
 use foldgate_domain::{Branch, Principal, Session, SessionId, TenantId, TenantSettings, Tokens};
 use uuid::Uuid;
 
 use crate::{
-    ModelUsage, StoreError,
-    record::{BranchRow, SessionRow},
+    CallOutcome, ModelUsage, Run, RunStep, StoreError,
+    record::{BranchRow, SessionRow, tokens},
 };
 
 /// The most rows one admin read returns.
@@ -54,6 +56,57 @@ pub struct TreeBranch {
     pub call_tokens: Tokens,
     /// A gateway-run branch: its model and what the provider billed.
     pub model: Option<(String, ModelUsage)>,
+}
+
+/// Which of a branch's calls and steps to read: each newest first, a page
+/// at a time.
+#[derive(Debug, Clone, Default)]
+pub struct TracePage {
+    /// At most this many calls ([`MAX_PAGE`] at most; 0 reads none).
+    pub calls: u32,
+    /// Calls older than this one (its time and id), the last one of the
+    /// previous page.
+    pub calls_before: Option<(DateTime<Utc>, Uuid)>,
+    /// At most this many steps ([`MAX_PAGE`] at most; 0 reads none).
+    pub steps: u32,
+    /// Steps numbered below this one, the last one of the previous page.
+    pub steps_before: Option<u32>,
+}
+
+/// One upstream call of a branch: a line of its trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedCall {
+    /// UUIDv7.
+    pub id: Uuid,
+    pub upstream: String,
+    pub tool: String,
+    /// Tokens of the arguments, and of the result as the caller received
+    /// it.
+    pub tokens_in: Tokens,
+    pub tokens_out: Tokens,
+    /// What the branch was charged: less than in and out only when it ran
+    /// out, or had already ended when the call finished.
+    pub tokens_charged: Tokens,
+    pub duration: Duration,
+    pub outcome: CallOutcome,
+    pub called_at: DateTime<Utc>,
+}
+
+/// A branch with what it did: its own calls, and for a gateway-run branch
+/// its run and steps.
+#[derive(Debug, Clone)]
+pub struct BranchTrace {
+    /// The branch, with its calls and model bill added up.
+    pub branch: TreeBranch,
+    /// Its children (not their descendants), oldest first, each with its
+    /// calls and model bill added up.
+    pub children: Vec<TreeBranch>,
+    /// A page of its calls, newest first.
+    pub calls: Vec<TracedCall>,
+    /// A gateway-run branch's run.
+    pub run: Option<Run>,
+    /// A page of the run's steps, newest first.
+    pub steps: Vec<RunStep>,
 }
 
 /// One change made through the admin API.
@@ -179,6 +232,37 @@ pub(super) struct TreeRow {
     pub model_calls: Option<i64>,
     pub model_input: Option<i64>,
     pub model_output: Option<i64>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct CallRow {
+    pub id: Uuid,
+    pub upstream: String,
+    pub tool: String,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub tokens_charged: i64,
+    pub duration_ms: i64,
+    pub outcome: String,
+    pub called_at: DateTime<Utc>,
+}
+
+impl TryFrom<CallRow> for TracedCall {
+    type Error = StoreError;
+
+    fn try_from(r: CallRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            upstream: r.upstream,
+            tool: r.tool,
+            tokens_in: tokens(r.tokens_in)?,
+            tokens_out: tokens(r.tokens_out)?,
+            tokens_charged: tokens(r.tokens_charged)?,
+            duration: Duration::from_millis(count(r.duration_ms)),
+            outcome: r.outcome.parse().map_err(corrupt)?,
+            called_at: r.called_at,
+        })
+    }
 }
 
 #[derive(Debug, sqlx::FromRow)]

@@ -1,6 +1,7 @@
 //! The admin reads and the audit log, on each backend: tenants at a glance
 //! with their tokens since an instant, a tenant's sessions page by page, a
-//! session's tree with each branch's calls, and audit entries newest first.
+//! session's tree with each branch's calls, a branch's own calls and its
+//! run's steps page by page, and audit entries newest first.
 
 use std::time::Duration;
 
@@ -10,8 +11,9 @@ use foldgate_domain::{
     Subject, TenantId, TenantSettings,
 };
 use foldgate_store::{
-    AuditEntry, AuditPage, CallOutcome, CallRecord, CreateRules, NewBranch, ParentChoice,
-    SessionPage, Store, UsageKind, UsageLine,
+    AuditEntry, AuditPage, CallOutcome, CallRecord, CreateRules, NewBranch, NewRun, NewStep,
+    ParentChoice, RunState, SessionPage, StepKind, StepWritten, Store, TracePage, UsageKind,
+    UsageLine,
 };
 use foldgate_testkit::{Backend, TestDb, on_both_backends};
 use serde_json::json;
@@ -30,6 +32,18 @@ fn at(seconds: i64) -> DateTime<Utc> {
 /// Creates a branch of 2,000 tokens in `session` of `tenant` at
 /// `at(seconds)`, under the session's active branch.
 async fn branch(store: &dyn Store, tenant: &str, session: &str, seconds: i64) -> BranchId {
+    create(store, tenant, session, seconds, false).await
+}
+
+/// The same, or run by the gateway (`gateway`): on the model `model`, its
+/// run held by the replica `replica`.
+async fn create(
+    store: &dyn Store,
+    tenant: &str,
+    session: &str,
+    seconds: i64,
+    gateway: bool,
+) -> BranchId {
     let policy = BudgetPolicy::default();
     let new = NewBranch {
         id: BranchId::generate(),
@@ -44,21 +58,40 @@ async fn branch(store: &dyn Store, tenant: &str, session: &str, seconds: i64) ->
         created_at: at(seconds),
         deadline_at: at(seconds) + chrono::Duration::hours(1),
         rules: CreateRules { budget: policy, max_depth: 4, limits: Limits::default() },
-        kind: BranchKind::Agent,
+        kind: if gateway { BranchKind::Gateway } else { BranchKind::Agent },
         return_tier: ReturnTier::default(),
-        run: None,
+        run: gateway.then(|| NewRun {
+            model: "model".into(),
+            tools: vec!["files__read".into()],
+            scopes: vec!["fold:write".into()],
+            lease_owner: "replica".into(),
+            lease_until: at(seconds) + chrono::Duration::minutes(5),
+            lessons: None,
+        }),
     };
     store.create_branch(&TenantId::parse(tenant).unwrap(), new).await.unwrap().unwrap().id
 }
 
 async fn call(store: &dyn Store, tenant: &str, id: BranchId, tokens: (u64, u64), seconds: i64) {
+    call_of(store, tenant, id, "read", tokens, seconds, CallOutcome::Ok).await;
+}
+
+async fn call_of(
+    store: &dyn Store,
+    tenant: &str,
+    id: BranchId,
+    tool: &str,
+    tokens: (u64, u64),
+    seconds: i64,
+    outcome: CallOutcome,
+) {
     let call = CallRecord {
         upstream: "files".into(),
-        tool: "read".into(),
+        tool: tool.into(),
         tokens_in: tokens.0,
         tokens_out: tokens.1,
         duration: Duration::from_millis(2),
-        outcome: CallOutcome::Ok,
+        outcome,
         at: at(seconds),
     };
     store.meter_call(&TenantId::parse(tenant).unwrap(), id, &call).await.unwrap().unwrap();
@@ -125,6 +158,119 @@ async fn admin_reads_see_one_tenant_at_a_time(backend: Backend) {
     assert!(
         store.sessions(&globex, &first).await.unwrap().iter().all(|l| l.session.tenant == globex)
     );
+    store.close().await;
+    db.cleanup().await;
+}
+
+async fn a_branch_trace_pages_its_calls_and_steps(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.connect().await;
+    let acme = TenantId::parse("acme").unwrap();
+    let globex = TenantId::parse("globex").unwrap();
+    let root = branch(&*store, "acme", "s1", 0).await;
+    // Five calls, two of them at the same instant; then a child (which
+    // takes what the root has left) with a call of its own.
+    let calls = [
+        ("read", (10, 20), 2, CallOutcome::Ok),
+        ("grep", (5, 0), 3, CallOutcome::Refused),
+        ("read", (1, 2), 4, CallOutcome::ToolError),
+        ("list", (3, 4), 4, CallOutcome::Ok),
+        ("read", (7, 8), 5, CallOutcome::UpstreamError),
+    ];
+    for (tool, tokens, seconds, outcome) in calls {
+        call_of(&*store, "acme", root, tool, tokens, seconds, outcome).await;
+    }
+    let child = branch(&*store, "acme", "s1", 1).await;
+    call(&*store, "acme", child, (100, 100), 6).await;
+
+    let all = TracePage { calls: 10, steps: 10, ..TracePage::default() };
+    let trace = store.branch_trace(&acme, root, &all).await.unwrap().expect("found");
+    assert_eq!(trace.branch.branch.id, root);
+    assert_eq!((trace.branch.calls, trace.branch.call_tokens), (5, 60));
+    let kids: Vec<_> = trace.children.iter().map(|c| (c.branch.id, c.calls)).collect();
+    assert_eq!(kids, [(child, 1)], "its child, with its own calls added up");
+    assert!(trace.run.is_none() && trace.steps.is_empty(), "an agent-run branch has no run");
+    let seen: Vec<_> = trace
+        .calls
+        .iter()
+        .map(|c| (c.tool.as_str(), c.tokens_in, c.tokens_out, c.tokens_charged, c.outcome))
+        .collect();
+    assert_eq!(seen[0], ("read", 7, 8, 15, CallOutcome::UpstreamError), "newest first");
+    assert_eq!(seen[4], ("read", 10, 20, 30, CallOutcome::Ok));
+    assert_eq!(seen[3], ("grep", 5, 0, 5, CallOutcome::Refused));
+    assert!(trace.calls.iter().all(|c| c.upstream == "files" && c.duration.as_millis() == 2));
+    assert_eq!(trace.calls[0].called_at, at(5));
+
+    // Two at a time, each page after the last one's time and id; the two
+    // calls of one instant are split between pages without being lost.
+    let mut paged = Vec::new();
+    let mut page = TracePage { calls: 2, steps: 0, ..TracePage::default() };
+    loop {
+        let got = store.branch_trace(&acme, root, &page).await.unwrap().unwrap().calls;
+        assert!(got.len() <= 2);
+        let Some(last) = got.last() else { break };
+        page.calls_before = Some((last.called_at, last.id));
+        paged.extend(got.iter().map(|c| c.id));
+    }
+    let ids: Vec<_> = trace.calls.iter().map(|c| c.id).collect();
+    assert_eq!(paged, ids, "the pages add up to the whole trace, in order");
+    let none = TracePage { calls: 0, steps: 0, ..TracePage::default() };
+    assert!(store.branch_trace(&acme, root, &none).await.unwrap().unwrap().calls.is_empty());
+
+    // A gateway-run branch: its run and its steps, newest first.
+    let run = create(&*store, "acme", "s2", 10, true).await;
+    let steps = [
+        (
+            StepKind::Model,
+            r#"{"text":"reading","calls":[{"id":"c1","name":"files__read","arguments":{"path":"a"}}]}"#,
+            (400, 40),
+        ),
+        (
+            StepKind::Tool,
+            r#"{"call_id":"c1","name":"files__read","content":"fn a() {}","error":false}"#,
+            (0, 0),
+        ),
+        (StepKind::Model, r#"{"text":"It is in a.","calls":[]}"#, (500, 10)),
+    ];
+    for (seq, (kind, body, tokens)) in (0..).zip(steps) {
+        let step = NewStep {
+            seq,
+            kind,
+            body: body.into(),
+            input_tokens: tokens.0,
+            output_tokens: tokens.1,
+            context_tokens: None,
+            duration: Duration::from_millis(u64::from(seq) + 5),
+            repeated: seq == 2,
+            at: at(11 + i64::from(seq)),
+        };
+        let written = store.record_step(&acme, run, "replica", &step).await.unwrap();
+        assert!(matches!(written, StepWritten::Written(_)), "{written:?}");
+    }
+    call(&*store, "acme", run, (3, 30), 12).await;
+    let trace = store.branch_trace(&acme, run, &all).await.unwrap().expect("found");
+    let bill = trace.branch.model.clone().expect("a model bill");
+    assert_eq!((bill.0.as_str(), bill.1.calls, bill.1.input_tokens), ("model", 2, 900));
+    let stored = trace.run.expect("its run");
+    assert_eq!((stored.state, stored.steps, stored.resumes), (RunState::Running, 3, 0));
+    assert_eq!((stored.usage.input_tokens, stored.usage.output_tokens), (900, 50));
+    let seqs: Vec<_> = trace.steps.iter().map(|s| (s.seq, s.kind, s.repeated)).collect();
+    assert_eq!(
+        seqs,
+        [(2, StepKind::Model, true), (1, StepKind::Tool, false), (0, StepKind::Model, false)]
+    );
+    assert_eq!(trace.steps[1].body, steps[1].1, "the body as written");
+    assert_eq!(trace.steps[2].duration, Duration::from_millis(5));
+    assert_eq!(trace.steps[0].at, at(13));
+    assert_eq!(trace.calls.len(), 1, "the run's upstream calls are the branch's");
+    let page = TracePage { steps: 2, steps_before: Some(1), ..all };
+    let older = store.branch_trace(&acme, run, &page).await.unwrap().unwrap().steps;
+    assert_eq!(older.iter().map(|s| s.seq).collect::<Vec<_>>(), [0]);
+
+    // Another tenant's branch, and one that does not exist, are not found.
+    assert!(store.branch_trace(&globex, root, &all).await.unwrap().is_none());
+    assert!(store.branch_trace(&globex, run, &all).await.unwrap().is_none());
+    assert!(store.branch_trace(&acme, BranchId::generate(), &all).await.unwrap().is_none());
     store.close().await;
     db.cleanup().await;
 }
@@ -337,6 +483,7 @@ on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     retention_deletes_whole_old_trees_in_batches,
     admin_reads_see_one_tenant_at_a_time,
+    a_branch_trace_pages_its_calls_and_steps,
     the_audit_log_reads_newest_first,
     settings_and_usage_add_up_per_tenant_and_day
 );

@@ -1,6 +1,7 @@
 //! The admin API over HTTP, on each backend: who sees what (a tenant admin
 //! finds no other tenant), each endpoint, bad input, operator ends as the
-//! agent then sees them, and an audit row for every change.
+//! agent then sees them, an audit row for every change, and a branch's
+//! calls and a gateway run's steps.
 
 use foldgate_testkit::{
     Backend,
@@ -236,6 +237,278 @@ async fn admins_reach_their_tenants_and_no_other(backend: Backend) {
     gw.stop().await;
 }
 
+/// The fields every call of a branch has.
+fn assert_call_fields(call: &Value) {
+    for field in ["tokens_in", "tokens_out", "tokens_charged", "duration_ms"] {
+        assert!(call[field].is_u64(), "{field} in {call}");
+    }
+    assert_eq!(
+        call["tokens_charged"].as_u64(),
+        Some(call["tokens_in"].as_u64().unwrap() + call["tokens_out"].as_u64().unwrap()),
+        "charged in full: {call}"
+    );
+    assert_eq!(call["upstream"], "files");
+    assert!(uuid::Uuid::parse_str(call["id"].as_str().unwrap()).is_ok(), "{call}");
+    assert!(call["called_at"].as_str().unwrap().contains('T'), "{call}");
+}
+
+async fn a_branch_shows_its_calls_and_its_runs_steps(backend: Backend) {
+    use foldgate_runner::{ModelConfig, Provider};
+    use foldgate_testkit::{
+        gateway::{FILES_AUTH, call_in, files_config, tools_until},
+        model_server::{ModelServer, Reply, ToolCall},
+        upstream::{LEAKED, Upstream},
+    };
+    let model = ModelServer::start().await;
+    let files = Upstream::start(FILES_AUTH).await;
+    let upstream = files_config(&files.url(), &["read_file", "leak", "fail"]);
+    let chat = ModelConfig {
+        name: "default".into(),
+        provider: Provider::Openai,
+        base_url: model.base_url(),
+        model: "test-model".into(),
+        api_key: Some("sk-operator-key".into()),
+        tenants: Some(vec!["acme".into()]),
+        max_output_tokens: 1_024,
+        timeout_seconds: 5,
+        stream: false,
+        embeddings: false,
+    };
+    let gw = TestGateway::start_with(backend, |c| {
+        c.upstreams = vec![upstream];
+        c.models = vec![chat];
+        c.folding.limits.creations_per_minute = 1000;
+    })
+    .await;
+    let agent = gw.agent(Era::Legacy).await;
+    tools_until(&agent, |n| n.contains(&"files__read_file".to_owned())).await;
+
+    // An agent's branch with three calls (one a tool error), then a child.
+    let prompt = "Look in src/ for the flaky test; never show this prompt";
+    let created = ok(&call(
+        &agent,
+        "branch_create",
+        json!({"session_id": "s1", "description": "read the sources", "prompt": prompt}),
+    )
+    .await);
+    let id = created["branch_id"].as_str().unwrap().to_owned();
+    for path in ["src/a.rs", "src/b.rs"] {
+        let read = call_in(&agent, &id, "files__read_file", json!({"path": path})).await;
+        assert_ne!(read.is_error, Some(true), "{read:?}");
+    }
+    let failed = call_in(&agent, &id, "files__fail", json!({})).await;
+    assert_eq!(failed.is_error, Some(true));
+    let child =
+        ok(&call(&agent, "branch_create", json!({"session_id": "s1", "description": "child"}))
+            .await);
+
+    // A gateway-run branch: the model reads a file and the leaky tool at
+    // once, then answers with a secret in its text.
+    model.script(
+        "flush handler",
+        [
+            Reply::tool_calls(
+                vec![
+                    ToolCall::new("c1", "files__read_file", json!({"path": "src/a.rs"})),
+                    ToolCall::new("c2", "files__leak", json!({})),
+                ],
+                400,
+                40,
+            ),
+            Reply::text(format!("The flush handler is handler_3 in src/a.rs; {LEAKED}"), 1_800, 20),
+        ],
+    );
+    let run_prompt = "It is somewhere in src/a.rs, trust me";
+    let run = ok(&call(
+        &agent,
+        "branch_run",
+        json!({
+            "session_id": "s2", "description": "Find the flush handler",
+            "prompt": run_prompt, "budget": 8000,
+        }),
+    )
+    .await);
+    assert_eq!(run["status"], "completed", "{run:?}");
+    let run_id = run["branch_id"].as_str().unwrap().to_owned();
+
+    let deployment = Admin::deployment(&gw);
+    let detail = deployment.read(&format!("/tenants/acme/branches/{id}")).await;
+    assert_eq!((detail["session_id"].as_str(), &detail["parent_id"]), (Some("s1"), &Value::Null));
+    let node = &detail["branch"];
+    assert_eq!(node["branch_id"], id.as_str());
+    assert_eq!((node["kind"].as_str(), node["status"].as_str()), (Some("agent"), Some("active")));
+    assert_eq!((node["depth"].as_u64(), node["calls"].as_u64()), (Some(1), Some(3)));
+    assert_eq!(node["description"], "read the sources");
+    assert_eq!(node["model_usage"], Value::Null);
+    assert_eq!(node["children"][0]["branch_id"], child["branch_id"]);
+    assert_eq!(node["children"][0]["children"], json!([]), "its children without theirs");
+    assert_eq!(node["budget"]["reserved"], node["children"][0]["budget"]["total"]);
+    assert!(node.get("prompt").is_none() && !detail.to_string().contains(prompt), "no prompt");
+    let calls = detail["calls"].as_array().unwrap();
+    let seen: Vec<_> = calls
+        .iter()
+        .map(|c| (c["tool"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("fail", "tool_error"), ("read_file", "ok"), ("read_file", "ok")],
+        "newest first"
+    );
+    calls.iter().for_each(assert_call_fields);
+    let charged: u64 = calls.iter().map(|c| c["tokens_charged"].as_u64().unwrap()).sum();
+    assert_eq!(node["call_tokens"].as_u64(), Some(charged));
+    assert_eq!(detail["calls_next"], Value::Null);
+    assert_eq!((&detail["run"], &detail["steps"]), (&Value::Null, &json!([])));
+    assert_eq!(detail["steps_next"], Value::Null);
+
+    // Calls a page at a time.
+    let first = deployment.read(&format!("/tenants/acme/branches/{id}?calls_limit=2")).await;
+    assert_eq!(first["calls"].as_array().unwrap().len(), 2);
+    let next = first["calls_next"].as_str().expect("a next page");
+    let rest = deployment
+        .read(&format!("/tenants/acme/branches/{id}?calls_limit=2&calls_before={next}"))
+        .await;
+    assert_eq!(rest["calls"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["calls"][0]["id"], calls[2]["id"], "the oldest");
+    assert_eq!(rest["calls_next"], Value::Null);
+
+    // The gateway-run branch: its run, its steps newest first, its calls.
+    let detail = deployment.read(&format!("/tenants/acme/branches/{run_id}")).await;
+    let node = &detail["branch"];
+    assert_eq!(
+        (node["kind"].as_str(), node["status"].as_str()),
+        (Some("gateway"), Some("completed"))
+    );
+    assert_eq!(
+        node["model_usage"],
+        json!({"model": "default", "calls": 2, "input_tokens": 2_200, "output_tokens": 60})
+    );
+    let ran = &detail["run"];
+    assert_eq!((ran["model"].as_str(), ran["state"].as_str()), (Some("default"), Some("done")));
+    assert_eq!((ran["steps"].as_u64(), ran["model_calls"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(
+        (ran["input_tokens"].as_u64(), ran["output_tokens"].as_u64()),
+        (Some(2_200), Some(60))
+    );
+    assert_eq!(ran["resumes"], 0);
+    assert!(ran["tools"].as_array().unwrap().contains(&json!("files__read_file")), "{ran}");
+    for field in ["created_at", "updated_at"] {
+        assert!(ran[field].is_string(), "{field} in {ran}");
+    }
+    let steps = detail["steps"].as_array().unwrap();
+    let kinds: Vec<_> =
+        steps.iter().map(|s| (s["seq"].as_u64().unwrap(), s["kind"].as_str().unwrap())).collect();
+    assert_eq!(kinds, [(3, "model"), (2, "tool"), (1, "tool"), (0, "model")]);
+    for step in steps {
+        for field in ["input_tokens", "output_tokens", "duration_ms"] {
+            assert!(step[field].is_u64(), "{field} in {step}");
+        }
+        assert_eq!(
+            (step["repeated"].as_bool(), step["truncated"].as_bool()),
+            (Some(false), Some(false))
+        );
+        assert!(step["at"].is_string(), "{step}");
+    }
+    let asked = &steps[3];
+    assert_eq!(
+        (asked["input_tokens"].as_u64(), asked["output_tokens"].as_u64()),
+        (Some(400), Some(40))
+    );
+    let asked_for: Vec<_> = asked["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(asked_for, [("c1", "files__read_file"), ("c2", "files__leak")]);
+    assert_eq!(asked["tool_calls"][0]["arguments"], r#"{"path":"src/a.rs"}"#);
+    assert_eq!((&asked["tool"], &asked["result"]), (&Value::Null, &Value::Null));
+    let answered = &steps[0];
+    let text = answered["text"].as_str().unwrap();
+    assert!(text.starts_with("The flush handler is handler_3 in src/a.rs"), "{text}");
+    assert!(!text.contains(LEAKED), "a model's text is scrubbed: {text}");
+    assert_eq!(answered["tool_calls"], json!([]));
+    for tool_step in &steps[1..3] {
+        let tool = tool_step["tool"].as_str().unwrap();
+        let result = tool_step["result"].as_str().unwrap();
+        let call_id = if tool == "files__read_file" { "c1" } else { "c2" };
+        assert_eq!(tool_step["call_id"], call_id, "{tool_step}");
+        assert_eq!(tool_step["error"], false);
+        assert_eq!(tool_step["text"], Value::Null);
+        match tool {
+            "files__read_file" => assert!(result.contains("handler_3"), "{result}"),
+            _ => assert!(
+                result.contains("[REDACTED:github-pat]") && !result.contains(LEAKED),
+                "{result}"
+            ),
+        }
+    }
+    let run_calls: Vec<_> =
+        detail["calls"].as_array().unwrap().iter().map(|c| c["tool"].as_str().unwrap()).collect();
+    assert_eq!(run_calls.len(), 2, "the run's upstream calls are its branch's");
+    assert!(run_calls.contains(&"read_file") && run_calls.contains(&"leak"));
+    detail["calls"].as_array().unwrap().iter().for_each(assert_call_fields);
+    assert!(!detail.to_string().contains(run_prompt), "never the prompt");
+
+    // Steps a page at a time; none at all.
+    let first = deployment.read(&format!("/tenants/acme/branches/{run_id}?steps_limit=3")).await;
+    assert_eq!(first["steps"].as_array().unwrap().len(), 3);
+    assert_eq!(first["steps_next"], 1);
+    let rest = deployment
+        .read(&format!("/tenants/acme/branches/{run_id}?steps_limit=3&steps_before=1"))
+        .await;
+    assert_eq!(rest["steps"][0]["seq"], 0);
+    assert_eq!((rest["steps"].as_array().unwrap().len(), &rest["steps_next"]), (1, &Value::Null));
+    let bare = deployment
+        .read(&format!("/tenants/acme/branches/{run_id}?steps_limit=0&calls_limit=0"))
+        .await;
+    assert_eq!((&bare["steps"], &bare["calls"]), (&json!([]), &json!([])));
+    assert_eq!(bare["run"]["steps"], 4);
+
+    // A tenant admin reads its own tenant's branches, and no other's.
+    let acme = Admin::new(&gw, Some(gw.token("acme", "lead", &["tenant:admin"])));
+    assert_eq!(
+        acme.read(&format!("/tenants/acme/branches/{run_id}")).await["run"]["state"],
+        "done"
+    );
+    let globex = Admin::new(&gw, Some(gw.token("globex", "lead", &["tenant:admin"])));
+    for path in [format!("/tenants/acme/branches/{id}"), format!("/tenants/globex/branches/{id}")] {
+        let (status, body) = globex.get(&path).await;
+        assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"), "{path}");
+    }
+    let (status, body) = deployment.get(&format!("/tenants/globex/branches/{id}")).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"), "another's");
+    let missing = format!("/tenants/acme/branches/br_{}", uuid::Uuid::now_v7());
+    let (status, body) = deployment.get(&missing).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+
+    // Bad input is a 400 that says what is wrong.
+    for query in [
+        "",
+        "?calls_limit=501",
+        "?steps_limit=-1",
+        "?calls_before=yesterday",
+        "?steps_before=first",
+        "?colour=blue",
+    ] {
+        let path = if query.is_empty() {
+            "/tenants/acme/branches/not-a-branch".to_owned()
+        } else {
+            format!("/tenants/acme/branches/{id}{query}")
+        };
+        let (status, body) = acme.get(&path).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{path}: {body}"
+        );
+    }
+
+    agent.cancel().await.unwrap();
+    gw.stop().await;
+    files.down().await;
+}
+
 async fn the_openapi_document_describes_every_route(backend: Backend) {
     let gw = TestGateway::start(backend).await;
     let doc = Admin::new(&gw, None).read("/openapi.json").await;
@@ -246,6 +519,7 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
         "/tenants/{tenant}/sessions",
         "/tenants/{tenant}/sessions/{session_id}",
         "/tenants/{tenant}/sessions/{session_id}/end",
+        "/tenants/{tenant}/branches/{branch_id}",
         "/tenants/{tenant}/branches/{branch_id}/end",
         "/tenants/{tenant}/limits",
         "/tenants/{tenant}/usage",
@@ -263,6 +537,8 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
     assert!(schemas["UpstreamConfig"]["properties"]["headers"].is_object());
     assert!(schemas["ModelConfig"]["properties"]["provider"].is_object());
     assert!(doc["paths"]["/upstreams"]["post"]["requestBody"].is_object());
+    assert!(schemas["BranchDetail"]["properties"]["steps"].is_object());
+    assert!(schemas["StepView"]["properties"]["tool_calls"].is_object());
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
     gw.stop().await;
 }
@@ -452,6 +728,7 @@ on_both_backends!(
     retention_deletes_old_trees_while_the_gateway_runs,
     upstreams_and_models_are_listed_with_their_health,
     admins_reach_their_tenants_and_no_other,
+    a_branch_shows_its_calls_and_its_runs_steps,
     the_openapi_document_describes_every_route,
     limits_apply_on_every_replica_without_a_restart
 );
