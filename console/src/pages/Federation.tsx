@@ -138,7 +138,7 @@ function RemoveButton(props: {
           Remove<span class="visually-hidden"> the {kind} {name}</span>
         </>
       }
-      question={`Remove the ${kind} ${name} from every replica?`}
+      question={`Remove ${name} from every replica?`}
       confirmLabel="Yes, remove it"
       busyLabel="Removing…"
       onConfirm={async () => {
@@ -430,13 +430,6 @@ interface HeaderRow {
   value: string;
 }
 
-const SECRET_HINT = (
-  <>
-    a reference to an environment variable set on every replica, such as{" "}
-    <code>{"${FOLDGATE_SECRET_NAME}"}</code> (the prefix is the deployment's{" "}
-    <code>[admin] credential_env_prefix</code>); a literal secret is refused, never stored
-  </>
-);
 
 function UpstreamForm(props: { token: string; onRegistered: () => void }) {
   const [name, setName] = useState("");
@@ -514,7 +507,7 @@ function UpstreamForm(props: { token: string; onRegistered: () => void }) {
         An MCP server (Streamable HTTP). Agents of the tenants it serves see its tools as{" "}
         <code>name__tool</code>.
       </p>
-      <div class="fields-grid">
+      <div class="fields-grid upstream-fields">
         <TextField
           id="up-name"
           label="Name"
@@ -558,8 +551,10 @@ function UpstreamForm(props: { token: string; onRegistered: () => void }) {
       <fieldset class="header-rows" aria-describedby="up-headers-hint">
         <legend>Headers sent with every request</legend>
         <p class="hint field-hint" id="up-headers-hint">
-          Each value must be {SECRET_HINT}. For example <code>Authorization</code>:{" "}
-          <code>{"Bearer ${FOLDGATE_SECRET_TEAM_SEARCH}"}</code>. A row left empty is not sent.
+          A value must reference environment variables set on every replica, named with the
+          deployment's <code>[admin] credential_env_prefix</code> (<code>FOLDGATE_SECRET_</code> by
+          default), such as <code>{"Bearer ${FOLDGATE_SECRET_TEAM_SEARCH}"}</code>. A literal
+          secret is refused: none is stored. A row left empty is not sent.
         </p>
         {headers.map((h, index) => {
           const rowInvalid = invalid(`header-${h.key}`);
@@ -750,7 +745,12 @@ function ModelForm(props: { token: string; onRegistered: () => void }) {
           placeholder={"${FOLDGATE_SECRET_…}"}
           invalid={invalid("api_key")}
           outcomeId="model-outcome"
-          hint={<>{SECRET_HINT}; empty: no key</>}
+          hint={
+            <>
+              a variable reference as for an upstream's headers, such as{" "}
+              <code>{"${FOLDGATE_SECRET_OPENAI}"}</code>; empty: no key
+            </>
+          }
         />
         <TextField
           id="model-tenants"
