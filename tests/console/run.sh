@@ -71,7 +71,14 @@ read -r PORT OPS_PORT < <(free_ports 2)
 DIR=$(mktemp -d)
 TMPDIRS+=("$DIR")
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-(cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" "$FOLDGATE" serve \
+# What the upstream the browser test registers wants, and a model's key: registrations may only
+# reference variables named with the credential prefix, set on the gateway. (Not the default
+# FOLDGATE_SECRET_: the gateway reads every other FOLDGATE_* variable as a setting.)
+UPSTREAM_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+CREDENTIAL_PREFIX=CONSOLE_TEST_SECRET_
+(cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" \
+  FOLDGATE_ADMIN__CREDENTIAL_ENV_PREFIX="$CREDENTIAL_PREFIX" "${CREDENTIAL_PREFIX}FILES=$UPSTREAM_SECRET" \
+  "${CREDENTIAL_PREFIX}MODEL=not-a-real-key" "$FOLDGATE" serve \
   --database-url "sqlite://$DIR/console.db" \
   --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT" >"$DIR/stdout" 2>"$DIR/stderr") &
 PIDS+=($!)
@@ -103,7 +110,9 @@ else
   log "Chromium ($CHROMIUM) against http://127.0.0.1:$PORT/console"
   if (cd "$HERE" && timeout 300 node console.test.mjs --base "http://127.0.0.1:$PORT" \
     --admin "$ADMIN" --tenant-admin "$TENANT_ADMIN" --agent "$AGENT" --other-agent "$OTHER_AGENT" \
-    --mcp-only "$MCP_ONLY" --shots "$SHOTS" --chromium "$CHROMIUM" | tee "$DIR/browser.log"); then
+    --mcp-only "$MCP_ONLY" --upstream-secret "$UPSTREAM_SECRET" \
+    --credential-prefix "$CREDENTIAL_PREFIX" --shots "$SHOTS" --chromium "$CHROMIUM" |
+    tee "$DIR/browser.log"); then
     browser_ok=yes
   else
     browser_ok=""
