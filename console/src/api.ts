@@ -267,7 +267,7 @@ async function errorOf(response: Response): Promise<ApiError> {
  */
 export async function call<T>(
   token: string,
-  method: "GET" | "POST" | "PUT",
+  method: "GET" | "POST" | "PUT" | "DELETE",
   path: string,
   signal?: AbortSignal,
   options: { body?: unknown; mayForbid?: boolean } = {},
@@ -298,6 +298,8 @@ export async function call<T>(
     if (refused) onUnauthorized(error);
     throw error;
   }
+  // 204 No Content (a removal): nothing to read.
+  if (response.status === 204) return undefined as T;
   return (await response.json()) as T;
 }
 

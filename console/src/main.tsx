@@ -12,6 +12,7 @@ import { ApiError, setUnauthorizedHandler } from "./api";
 import { clearToken, identity, loadToken, saveToken } from "./auth";
 import { Link } from "./components/ui";
 import { Audit } from "./pages/Audit";
+import { Federation } from "./pages/Federation";
 import { Limits } from "./pages/Limits";
 import { NotFound, type PageProps } from "./pages/page";
 import { Session } from "./pages/Session";
@@ -28,12 +29,14 @@ const PAGES: Record<string, FunctionComponent<PageProps>> = {
   audit: Audit,
   limits: Limits,
   usage: Usage,
+  federation: Federation,
 };
 
 /** The header's links: which pages they lead to, and which they stand for. */
 const NAV: { label: string; page: string; covers: string[] }[] = [
   { label: "Tenants", page: "", covers: ["", "sessions", "session", "limits", "usage"] },
   { label: "Audit log", page: "audit", covers: ["audit"] },
+  { label: "Upstreams and models", page: "federation", covers: ["federation"] },
 ];
 
 function App() {

@@ -10,15 +10,22 @@
 //   audit entry, ending the session; a tenant's limits changed by the
 //   deployment admin (saved, a refusal shown with nothing changed, the audit
 //   entry, every override cleared), its usage report filling in as the
-//   client's branches return; and a tenant admin who cannot see another
-//   tenant and reads its limits without a form. Screenshots of every step go
+//   client's branches return; upstreams and models: an upstream MCP server
+//   (served by this script, wanting the secret the gateway has in the
+//   variable <credential prefix>FILES) registered through the page, seen up with
+//   its tools, called by the agent and removed, a model registered, and
+//   registrations with literal secrets refused with the gateway's message;
+//   and a tenant admin who cannot see another tenant and reads its limits,
+//   its upstreams and models without a form. Screenshots of every step go
 //   to --shots.
 //
 // Usage: node console.test.mjs --base http://127.0.0.1:PORT --admin JWT --tenant-admin JWT
-//          --agent JWT --other-agent JWT --mcp-only JWT --shots DIR
+//          --agent JWT --other-agent JWT --mcp-only JWT --upstream-secret S
+//          --credential-prefix P --shots DIR
 // Prints `N passed, N failed` last; exits 1 on any failure.
 
 import { mkdirSync } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 
@@ -32,11 +39,13 @@ const { values: args } = parseArgs({
     agent: { type: "string" },
     "other-agent": { type: "string" },
     "mcp-only": { type: "string" },
+    "upstream-secret": { type: "string" },
+    "credential-prefix": { type: "string" },
     shots: { type: "string" },
     chromium: { type: "string", default: "/usr/bin/chromium" },
   },
 });
-for (const name of ["base", "admin", "tenant-admin", "agent", "other-agent", "mcp-only", "shots"]) {
+for (const name of ["base", "admin", "tenant-admin", "agent", "other-agent", "mcp-only", "upstream-secret", "credential-prefix", "shots"]) {
   if (!args[name]) {
     console.error(`missing --${name}`);
     process.exit(2);
@@ -46,6 +55,9 @@ const BASE = args.base;
 const TENANT = "acme";
 const OTHER = "globex";
 const SESSION = `console-live-${Date.now().toString(36)}`;
+// Variables set on the gateway, which registrations may reference.
+const FILES_REF = `\${${args["credential-prefix"]}FILES}`;
+const MODEL_REF = `\${${args["credential-prefix"]}MODEL}`;
 mkdirSync(args.shots, { recursive: true });
 
 let passed = 0;
@@ -124,6 +136,69 @@ function findNode(nodes, id) {
     if (found) return found;
   }
   return null;
+}
+
+// --- an upstream MCP server to register: JSON answers, wants the secret ---------------------
+const UPSTREAM_TOOLS = [
+  { name: "read_file", description: "Reads a file", inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } },
+  { name: "list_files", description: "Lists files", inputSchema: { type: "object", properties: {} } },
+  { name: "delete_file", description: "Deletes a file", inputSchema: { type: "object", properties: { path: { type: "string" } } } },
+];
+const upstreamServer = createServer(async (request, response) => {
+  if (request.method !== "POST") {
+    response.writeHead(405).end();
+    return;
+  }
+  if (request.headers.authorization !== `Bearer ${args["upstream-secret"]}`) {
+    response.writeHead(401, { "Content-Type": "application/json" }).end('{"error":"unauthorized"}');
+    return;
+  }
+  let body = "";
+  for await (const chunk of request) body += chunk;
+  const message = JSON.parse(body);
+  if (message.id === undefined) {
+    response.writeHead(202).end();
+    return;
+  }
+  let answer;
+  if (message.method === "initialize") {
+    answer = {
+      result: {
+        protocolVersion: message.params?.protocolVersion ?? "2025-11-25",
+        capabilities: { tools: {} },
+        serverInfo: { name: "console-files", version: "1.0.0" },
+      },
+    };
+  } else if (message.method === "tools/list") {
+    answer = { result: { tools: UPSTREAM_TOOLS } };
+  } else if (message.method === "tools/call") {
+    answer = { result: { content: [{ type: "text", text: `the contents of ${message.params?.arguments?.path}` }] } };
+  } else {
+    answer = { error: { code: -32601, message: `no method ${message.method}` } };
+  }
+  response
+    .writeHead(200, { "Content-Type": "application/json", "Mcp-Session-Id": "console-files-session" })
+    .end(JSON.stringify({ jsonrpc: "2.0", id: message.id, ...answer }));
+});
+await new Promise((resolve) => upstreamServer.listen(0, "127.0.0.1", resolve));
+const UPSTREAM_URL = `http://127.0.0.1:${upstreamServer.address().port}/mcp`;
+
+/** The tools an MCP client sees (tools/list). */
+async function listTools(token) {
+  rpcId += 1;
+  const response = await fetch(`${BASE}/mcp`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+      "MCP-Protocol-Version": "2025-11-25",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: rpcId, method: "tools/list", params: {} }),
+  });
+  const message = JSON.parse(await response.text());
+  if (message.error) throw new Error(`tools/list: ${JSON.stringify(message.error)}`);
+  return message.result.tools.map((t) => t.name);
 }
 
 // --- the browser ---------------------------------------------------------------------------
@@ -672,6 +747,192 @@ try {
     check("grouping by upstream reads the report again", page.url().includes("group_by=upstream"), page.url());
   });
 
+  // Upstreams and models: registered, watched and removed through the page.
+  const registerUpstream = () => page.getByRole("form", { name: "Register an upstream" });
+  const registerModel = () => page.getByRole("form", { name: "Register a chat model" });
+  const upstreamRow = (name) => page.locator(`tr[data-upstream="${name}"]`);
+  const modelRow = (name) => page.locator(`tr[data-model="${name}"]`);
+  const cell = async (row, col) => (await row.locator(`[data-col="${col}"]`).innerText()).trim();
+
+  await step("upstreams and models: the page", async () => {
+    await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Upstreams and models" }).click();
+    await page.getByRole("heading", { name: "Upstreams and models", level: 1 }).waitFor();
+    await page.getByText("No upstream MCP server is configured or registered.").waitFor();
+    check(
+      "the page lists no upstream or model yet, with both registration forms for a deployment admin",
+      (await page.getByText("No model is configured or registered.").count()) === 1 &&
+        (await registerUpstream().count()) === 1 &&
+        (await registerModel().count()) === 1,
+    );
+    await screenshot("federation-empty", true);
+  });
+
+  await step("upstreams and models: a literal secret is refused", async () => {
+    const form = registerUpstream();
+    await form.getByLabel("Name", { exact: true }).fill("console-files");
+    await form.getByLabel("URL").fill(UPSTREAM_URL);
+    await form.getByLabel("Tenants").fill(TENANT);
+    await form.getByLabel("Tools allow-list").fill("read_file, list_files");
+    await form.getByLabel("Header name 1").fill("Authorization");
+    await form.getByLabel("Header value 1").fill(`Bearer ${args["upstream-secret"]}`);
+    await form.getByRole("button", { name: "Register upstream" }).click();
+    const refused = page.locator("#up-outcome.note-error");
+    await refused.waitFor();
+    const text = await refused.innerText();
+    check(
+      "the gateway's 400 is shown beside the form, naming the header",
+      text.includes("400 invalid_request") && text.includes("headers.Authorization") &&
+        text.includes("must be a reference to an environment variable") && !text.includes(args["upstream-secret"]),
+      text,
+    );
+    const value = form.getByLabel("Header value 1");
+    check(
+      "the refusal takes the focus and marks the header's fields",
+      (await page.evaluate(() => document.activeElement?.id)) === "up-outcome" &&
+        (await value.getAttribute("aria-invalid")) === "true" &&
+        (await value.getAttribute("aria-describedby")).split(" ").includes("up-outcome"),
+    );
+    const api = await adminApi(args.admin, "GET", "/upstreams");
+    check("and nothing was registered", api.status === 200 && api.body.upstreams.length === 0, api.body);
+    await screenshot("federation-refused-literal", true);
+  });
+
+  await step("upstreams and models: registering an upstream", async () => {
+    const form = registerUpstream();
+    // The rest of the form is kept; the value becomes a reference, Enter submits.
+    const value = form.getByLabel("Header value 1");
+    await value.fill("");
+    await value.focus();
+    await page.keyboard.insertText(`Bearer ${FILES_REF}`);
+    await page.keyboard.press("Enter");
+    const done = page.locator("#up-outcome.note-ok");
+    await done.waitFor();
+    check(
+      "registering says so, and empties the form",
+      (await done.innerText()).startsWith("Registered the upstream console-files.") &&
+        (await form.getByLabel("Name", { exact: true }).inputValue()) === "",
+      await done.innerText(),
+    );
+    const row = upstreamRow("console-files");
+    await row.waitFor();
+    await page.waitForFunction(
+      () => document.querySelector('tr[data-upstream="console-files"] [data-col="status"]')?.textContent?.trim() === "Up",
+      null,
+      { timeout: 20_000 },
+    );
+    const tools = await cell(row, "tools");
+    const source = await cell(row, "source");
+    check(
+      "it becomes Up (a word and a shape) with the 2 tools its allow-list keeps, for acme, registered by the operator",
+      tools.startsWith("2") && tools.includes("only read_file, list_files") &&
+        (await row.locator('[data-col="status"] svg').count()) === 1 &&
+        (await cell(row, "tenants")) === TENANT && (await cell(row, "error")) === "none" &&
+        source.includes("admin API") && source.includes("ops/console-operator"),
+      { tools, source },
+    );
+    const api = await adminApi(args.admin, "GET", "/upstreams");
+    const view = api.body?.upstreams?.[0];
+    check(
+      "the admin API agrees: up, 2 tools, headers named but not shown",
+      view?.up === true && view.tools === 2 && JSON.stringify(view.headers) === '["Authorization"]',
+      view,
+    );
+    const listed = await listTools(args.agent);
+    check(
+      "the agent sees its allowed tools (console-files__read_file, not delete_file)",
+      listed.includes("console-files__read_file") && listed.includes("console-files__list_files") &&
+        !listed.includes("console-files__delete_file"),
+      listed,
+    );
+    const called = await tool(args.agent, "console-files__read_file", { path: "README.md" });
+    check(
+      "and calls one through the gateway",
+      !called.isError && JSON.stringify(called.content).includes("the contents of README.md"),
+      called,
+    );
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+    check("the page fits a 1366-pixel-wide screen without scrolling sideways", wide);
+    await screenshot("federation-upstream-up");
+    await screenshot("federation-upstream-up-full", true);
+  });
+
+  await step("upstreams and models: registering a model", async () => {
+    const form = registerModel();
+    await form.getByLabel("Name", { exact: true }).fill("console-chat");
+    await form.getByLabel("Provider").selectOption("anthropic");
+    await form.getByLabel("Base URL").fill("http://127.0.0.1:9/v1");
+    await form.getByLabel("Model id").fill("claude-test");
+    await form.getByLabel("API key reference").fill("sk-literal-key");
+    await form.getByLabel("Tenants").fill(TENANT);
+    await form.getByRole("button", { name: "Register model" }).click();
+    const refused = page.locator("#model-outcome.note-error");
+    await refused.waitFor();
+    const text = await refused.innerText();
+    check(
+      "a literal API key is refused with the gateway's message, naming api_key",
+      text.includes("400 invalid_request") && text.includes("api_key:") &&
+        (await form.getByLabel("API key reference").getAttribute("aria-invalid")) === "true",
+      text,
+    );
+    await form.getByLabel("API key reference").fill(MODEL_REF);
+    await form.getByRole("button", { name: "Register model" }).click();
+    const done = page.locator("#model-outcome.note-ok");
+    await done.waitFor();
+    check("registering the model says so", (await done.innerText()).startsWith("Registered the model console-chat."));
+    const row = modelRow("console-chat");
+    await row.waitFor();
+    await page.waitForFunction(
+      () => document.querySelector('tr[data-model="console-chat"] [data-col="status"]')?.textContent?.trim() === "No calls yet",
+      null,
+      { timeout: 20_000 },
+    );
+    const model = (await row.locator("th").innerText()).replace(/\s+/g, " ");
+    check(
+      "it is listed with its provider, model id and base URL, no calls yet, registered by the operator",
+      model.includes("console-chat") && model.includes("anthropic · claude-test") && model.includes("http://127.0.0.1:9/v1") &&
+        (await cell(row, "calls")) === "0 (0)" && (await cell(row, "ok")) === "never" &&
+        (await cell(row, "source")).includes("ops/console-operator"),
+      model,
+    );
+    const api = await adminApi(args.admin, "GET", "/models");
+    const view = api.body?.models?.find((m) => m.name === "console-chat");
+    check(
+      "the admin API lists it, with its health and without its key",
+      view?.provider === "anthropic" && view.health?.attempts === 0 && view.source === "api" &&
+        !JSON.stringify(api.body).includes(`${args["credential-prefix"]}MODEL`),
+      view,
+    );
+    await screenshot("federation-model-registered", true);
+  });
+
+  await step("upstreams and models: removing the upstream", async () => {
+    const row = upstreamRow("console-files");
+    await row.getByRole("button", { name: "Remove the upstream console-files" }).click();
+    await row.getByRole("group").waitFor();
+    const focused = await page.evaluate(() => document.activeElement?.textContent);
+    check("removing asks first, with the focus on Cancel", focused === "Cancel", focused);
+    await screenshot("federation-remove-confirm");
+    await row.getByRole("button", { name: "Yes, remove it" }).click();
+    const notice = page.locator(".note-ok").filter({ hasText: "Removed the upstream console-files." });
+    await notice.waitFor();
+    await row.waitFor({ state: "detached" });
+    const api = await adminApi(args.admin, "GET", "/upstreams");
+    check(
+      "it is gone from the page and the admin API, and the outcome takes the focus",
+      api.body?.upstreams?.length === 0 &&
+        (await page.evaluate(() => document.activeElement?.classList.contains("note-ok"))),
+      api.body,
+    );
+    let listed = [];
+    for (let i = 0; i < 20; i++) {
+      listed = await listTools(args.agent);
+      if (!listed.some((t) => t.startsWith("console-files__"))) break;
+      await page.waitForTimeout(250);
+    }
+    check("its tools leave the agent's tools/list", !listed.some((t) => t.startsWith("console-files__")), listed);
+    await screenshot("federation-upstream-removed");
+  });
+
   await step("a tenant admin sees only its own tenant", async () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByRole("heading", { name: "Sign in to the foldgate console" }).waitFor();
@@ -712,9 +973,32 @@ try {
     check("the admin API refuses a tenant admin's change: 403 forbidden", put.status === 403 && put.body?.error?.code === "forbidden", put);
   });
 
+  await step("a tenant admin reads the upstreams and models, without forms", async () => {
+    await page.goto(`${BASE}/console/`);
+    await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Upstreams and models" }).click();
+    await page.getByRole("heading", { name: "Upstreams and models", level: 1 }).waitFor();
+    await modelRow("console-chat").waitFor();
+    const controls = await page.locator("main form, main input, main button").count();
+    const alerts = await page.getByRole("alert").count();
+    const note = await page.getByRole("region", { name: "Read only" }).innerText();
+    check(
+      "a tenant admin sees the model serving acme, no form or button, no refusal, and why",
+      controls === 0 && alerts === 0 && note.includes("foldgate:admin") &&
+        (await page.getByText(`No upstream MCP server serving ${TENANT}.`).count()) === 1,
+      { controls, alerts, note },
+    );
+    await screenshot("tenant-admin-federation", true);
+    const post = await adminApi(args["tenant-admin"], "POST", "/models", {
+      name: "acme-own", provider: "openai", base_url: "http://127.0.0.1:9/v1", model: "m",
+    });
+    check("the admin API refuses a tenant admin's registration: 403 forbidden", post.status === 403 && post.body?.error?.code === "forbidden", post);
+  });
+
   check("no script errors or Content-Security-Policy violations in the page", problems.length === 0, problems);
 } finally {
   await browser.close();
+  upstreamServer.closeAllConnections();
+  upstreamServer.close();
 }
 
 console.log(`\n${passed} passed, ${failed} failed`);

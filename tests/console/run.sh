@@ -136,7 +136,13 @@ log "foldgate serve on loopback (SQLite)"
 read -r PORT OPS_PORT < <(free_ports 2)
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 LLM_KEY="sk-console-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+# What the upstream the browser test registers wants, and a registered model's key: registrations
+# may only reference variables named with the credential prefix (the default, FOLDGATE_SECRET_),
+# set on the gateway.
+UPSTREAM_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+CREDENTIAL_PREFIX=FOLDGATE_SECRET_
 (cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$SECRET" LLM_API_KEY="$LLM_KEY" \
+  "${CREDENTIAL_PREFIX}FILES=$UPSTREAM_SECRET" "${CREDENTIAL_PREFIX}MODEL=not-a-real-key" \
   "$FOLDGATE" serve --config "$DIR/foldgate.toml" --database-url "sqlite://$DIR/console.db" \
   --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT" >"$DIR/stdout" 2>"$DIR/stderr") &
 PIDS+=($!)
@@ -168,7 +174,9 @@ else
   log "Chromium ($CHROMIUM) against http://127.0.0.1:$PORT/console"
   if (cd "$HERE" && timeout 300 node console.test.mjs --base "http://127.0.0.1:$PORT" \
     --admin "$ADMIN" --tenant-admin "$TENANT_ADMIN" --agent "$AGENT" --other-agent "$OTHER_AGENT" \
-    --mcp-only "$MCP_ONLY" --shots "$SHOTS" --chromium "$CHROMIUM" | tee "$DIR/browser.log"); then
+    --mcp-only "$MCP_ONLY" --upstream-secret "$UPSTREAM_SECRET" \
+    --credential-prefix "$CREDENTIAL_PREFIX" --shots "$SHOTS" --chromium "$CHROMIUM" |
+    tee "$DIR/browser.log"); then
     browser_ok=yes
   else
     browser_ok=""

@@ -72,7 +72,7 @@ export function ErrorNote(props: { error: ApiError | undefined; context?: string
  * second does it. Escape or Cancel steps back.
  */
 export function ConfirmButton(props: {
-  label: string;
+  label: ComponentChildren;
   question: string;
   confirmLabel: string;
   /** Shown on the confirming button while the change is made. */
