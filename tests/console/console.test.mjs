@@ -757,14 +757,21 @@ try {
   await step("upstreams and models: the page", async () => {
     await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Upstreams and models" }).click();
     await page.getByRole("heading", { name: "Upstreams and models", level: 1 }).waitFor();
-    await page.getByText("No upstream MCP server is configured or registered.").waitFor();
+    // The configuration file's upstream and model: listed, read-only here.
+    const files = upstreamRow("files");
+    await files.waitFor();
+    const filesSource = await cell(files, "source");
     check(
-      "the page lists no upstream or model yet, with both registration forms for a deployment admin",
-      (await page.getByText("No model is configured or registered.").count()) === 1 &&
+      "the configuration's upstream and model are listed read-only, with both registration forms for a deployment admin",
+      filesSource.includes("configuration file") &&
+        (await files.getByRole("button").count()) === 0 &&
+        (await modelRow("scripted").count()) === 1 &&
+        (await modelRow("scripted").getByRole("button").count()) === 0 &&
         (await registerUpstream().count()) === 1 &&
         (await registerModel().count()) === 1,
+      filesSource,
     );
-    await screenshot("federation-empty", true);
+    await screenshot("federation-configured", true);
   });
 
   await step("upstreams and models: a literal secret is refused", async () => {
@@ -793,7 +800,11 @@ try {
         (await value.getAttribute("aria-describedby")).split(" ").includes("up-outcome"),
     );
     const api = await adminApi(args.admin, "GET", "/upstreams");
-    check("and nothing was registered", api.status === 200 && api.body.upstreams.length === 0, api.body);
+    check(
+      "and nothing was registered",
+      api.status === 200 && api.body.upstreams.every((u) => u.source === "config"),
+      api.body,
+    );
     await screenshot("federation-refused-literal", true);
   });
 
@@ -831,7 +842,7 @@ try {
       { tools, source },
     );
     const api = await adminApi(args.admin, "GET", "/upstreams");
-    const view = api.body?.upstreams?.[0];
+    const view = api.body?.upstreams?.find((u) => u.name === "console-files");
     check(
       "the admin API agrees: up, 2 tools, headers named but not shown",
       view?.up === true && view.tools === 2 && JSON.stringify(view.headers) === '["Authorization"]',
@@ -919,7 +930,7 @@ try {
     const api = await adminApi(args.admin, "GET", "/upstreams");
     check(
       "it is gone from the page and the admin API, and the outcome takes the focus",
-      api.body?.upstreams?.length === 0 &&
+      !api.body?.upstreams?.some((u) => u.name === "console-files") &&
         (await page.evaluate(() => document.activeElement?.classList.contains("note-ok"))),
       api.body,
     );
@@ -984,7 +995,7 @@ try {
     check(
       "a tenant admin sees the model serving acme, no form or button, no refusal, and why",
       controls === 0 && alerts === 0 && note.includes("foldgate:admin") &&
-        (await page.getByText(`No upstream MCP server serving ${TENANT}.`).count()) === 1,
+        (await upstreamRow("files").count()) === 1,
       { controls, alerts, note },
     );
     await screenshot("tenant-admin-federation", true);
