@@ -13,6 +13,7 @@ mod registrations;
 mod runs;
 mod security;
 mod telemetry;
+mod tls;
 mod upstream;
 
 use std::{
