@@ -97,7 +97,7 @@ impl Cluster {
     fn start(dir: &Path) -> Self {
         let as_postgres = |program: &str| {
             let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--", program]);
+            command.args(["-u", "postgres", "--"]).arg(pg_bin(program));
             command
         };
         run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir));
@@ -128,10 +128,37 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--", "pg_ctl", "stop", "-m", "immediate", "-D"])
+            .args(["-u", "postgres", "--"])
+            .arg(pg_bin("pg_ctl"))
+            .args(["stop", "-m", "immediate", "-D"])
             .arg(&self.data)
             .output();
     }
+}
+
+/// A Postgres server program: on the `PATH`, else in the newest
+/// `/usr/lib/postgresql/<version>/bin` (where Debian's packages put them).
+fn pg_bin(program: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file());
+    if let Some(found) = on_path {
+        return found;
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin").join(program)))
+        })
+        .filter(|(_, path)| path.is_file())
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, path)| path).unwrap_or_else(|| panic!("no {program}: install Postgres"))
 }
 
 fn foldgate(args: &[&str], env: &[(&str, &Path)]) -> Output {
