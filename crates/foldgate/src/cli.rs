@@ -206,6 +206,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("configuration is valid (database {})", redact_url(&config.database_url));
             println!("{}", check::describe_upstreams(&config));
             println!("{}", check::describe_models(&config));
+            println!("{}", check::describe_console(&config));
         }
         Command::Memory(command) => {
             init_logs(
