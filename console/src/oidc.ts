@@ -103,11 +103,14 @@ async function discover(settings: OidcSettings): Promise<oauth.AuthorizationServ
   try {
     as = await oauth.processDiscoveryResponse(issuer, response);
   } catch (e) {
-    throw new SignInError(`The identity provider's discovery document (${where}) is not usable: ${reason(e)}.`);
+    throw new SignInError(
+      `The identity provider's discovery document (${where}) is not usable: ${reason(e)}.`,
+    );
   }
   if (!as.authorization_endpoint || !as.token_endpoint) {
     throw new SignInError(
-      `The identity provider's discovery document (${where}) names no authorization or token endpoint.`,
+      `The identity provider's discovery document (${where}) names no authorization or ` +
+        "token endpoint.",
     );
   }
   const origin = new URL(as.token_endpoint).origin;
@@ -130,6 +133,13 @@ function callbackUri(): string {
  * callback page, then to `returnTo`. Resolves only if it could not leave.
  */
 export async function beginSignIn(settings: OidcSettings, returnTo: string): Promise<void> {
+  if (!window.isSecureContext) {
+    throw new SignInError(
+      "Signing in with the identity provider needs the console on https (or on localhost): " +
+        "browsers offer the cryptography it needs (WebCrypto, for PKCE) only there. " +
+        "Paste a token instead.",
+    );
+  }
   const as = await discover(settings);
   const verifier = oauth.generateRandomCodeVerifier();
   const pending: Pending = {
@@ -154,7 +164,9 @@ export async function beginSignIn(settings: OidcSettings, returnTo: string): Pro
   try {
     sessionStorage.setItem(PENDING, JSON.stringify(pending));
   } catch {
-    throw new SignInError("This browser refused to keep the sign-in's state for the tab (sessionStorage).");
+    throw new SignInError(
+      "This browser refused to keep the sign-in's state for the tab (sessionStorage).",
+    );
   }
   window.location.assign(url.href);
 }
@@ -230,7 +242,8 @@ export async function completeSignIn(answer: URL): Promise<SignedIn> {
       );
     } catch (e) {
       throw new SignInError(
-        `Could not reach the identity provider's token endpoint (${as.token_endpoint}): ${reason(e)}. ` +
+        `Could not reach the identity provider's token endpoint (${as.token_endpoint}): ` +
+          `${reason(e)}. ` +
           `The provider must answer this page's origin (${window.location.origin}) with CORS.`,
       );
     }

@@ -24,16 +24,16 @@ export function refusal(error: ApiError): string {
 export function providerRefusal(provider: string, error: ApiError): string {
   if (error.status === 401) {
     return (
-      `${provider} signed you in, but the gateway refused the token it issued (401 ${error.code}: ` +
-      `${error.message}). The gateway's [auth] settings (jwks_url, issuer, audience, tenant_claim) ` +
-      "must match the tokens of this provider."
+      `${provider} signed you in, but the gateway refused the token it issued ` +
+      `(401 ${error.code}: ${error.message}). The gateway's [auth] settings (jwks_url, issuer, ` +
+      "audience, tenant_claim) must match the tokens of this provider."
     );
   }
   if (error.status === 403) {
     return (
-      `${provider} signed you in, but its token may not use the admin API (403 ${error.code}). ` +
-      "It needs the scope foldgate:admin (every tenant) or tenant:admin (its own tenant): have the " +
-      "provider grant one, and check the gateway's console.oidc_scopes."
+      `${provider} signed you in, but its token may not use the admin API ` +
+      `(403 ${error.code}). It needs the scope foldgate:admin (every tenant) or tenant:admin ` +
+      "(its own tenant): have the provider grant one, and check the gateway's console.oidc_scopes."
     );
   }
   return `Could not sign in: ${error.describe()}`;
@@ -42,6 +42,9 @@ export function providerRefusal(provider: string, error: ApiError): string {
 export function SignIn(props: { onSignIn: (token: string) => void; message?: string }) {
   const [token, setToken] = useState("");
   const [error, setError] = useState<string | undefined>(props.message);
+  // Whether the error is about the pasted token rather than the provider
+  // (without a provider, every error is).
+  const [tokenError, setTokenError] = useState(false);
   const [busy, setBusy] = useState(false);
   const [oidc, setOidc] = useState<OidcSettings | null>(null);
   const [leaving, setLeaving] = useState(false);
@@ -66,6 +69,7 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
     if (!oidc) return;
     setLeaving(true);
     setError(undefined);
+    setTokenError(false);
     try {
       const here = window.location.pathname + window.location.search;
       await beginSignIn(oidc, here);
@@ -78,6 +82,7 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
   const submit = async (event: Event) => {
     event.preventDefault();
     const value = token.trim().replace(/^Bearer\s+/i, "");
+    setTokenError(true);
     if (!value) {
       setError("Paste a token first.");
       return;
@@ -94,6 +99,7 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
     }
   };
 
+  const fieldInvalid = Boolean(error) && (tokenError || !oidc);
   const alert = error ? (
     <p class="note note-error" role="alert" id="signin-error">
       {error}
@@ -139,8 +145,8 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
           spellcheck={false}
           autocomplete="off"
           autocapitalize="off"
-          aria-describedby={error ? "token-hint signin-error" : "token-hint"}
-          aria-invalid={error ? true : undefined}
+          aria-describedby={fieldInvalid ? "token-hint signin-error" : "token-hint"}
+          aria-invalid={fieldInvalid ? true : undefined}
           value={token}
           onInput={(e) => setToken((e.currentTarget as HTMLTextAreaElement).value)}
         />
@@ -148,9 +154,11 @@ export function SignIn(props: { onSignIn: (token: string) => void; message?: str
         <button type="submit" class={oidc ? undefined : "primary"} disabled={busy}>
           {busy ? "Checking…" : "Sign in"}
         </button>
-        <p class="hint">
-          Mint one with <code>foldgate token --tenant ops --sub you --scope foldgate:admin --ttl 1h</code>.
-        </p>
+        {oidc ? null : (
+          <p class="hint">
+            Mint one with <code>foldgate token --tenant ops --sub you --scope foldgate:admin --ttl 1h</code>.
+          </p>
+        )}
       </form>
     </main>
   );
