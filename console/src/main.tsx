@@ -11,7 +11,9 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, setUnauthorizedHandler } from "./api";
 import { clearToken, identity, loadToken, saveToken } from "./auth";
 import { Link } from "./components/ui";
+import { CALLBACK_PAGE } from "./oidc";
 import { Audit } from "./pages/Audit";
+import { Callback } from "./pages/Callback";
 import { Federation } from "./pages/Federation";
 import { Limits } from "./pages/Limits";
 import { NotFound, type PageProps } from "./pages/page";
@@ -20,7 +22,7 @@ import { Sessions } from "./pages/Sessions";
 import { SignIn, refusal } from "./pages/SignIn";
 import { Tenants } from "./pages/Tenants";
 import { Usage } from "./pages/Usage";
-import { href, noteMove, useLocation } from "./router";
+import { href, navigate, noteMove, useLocation } from "./router";
 
 const PAGES: Record<string, FunctionComponent<PageProps>> = {
   "": Tenants,
@@ -55,19 +57,37 @@ function App() {
     });
   }, []);
 
+  const signIn = (value: string) => {
+    saveToken(value);
+    noteMove();
+    setMessage(undefined);
+    setToken(value);
+  };
+
+  if (location.page === CALLBACK_PAGE) {
+    // Back from the identity provider: then to where the sign-in started.
+    return (
+      <>
+        <Header />
+        <Callback
+          onSignIn={(value, returnTo) => {
+            signIn(value);
+            navigate(returnTo, true);
+          }}
+          onFailure={(text, returnTo) => {
+            setMessage(text);
+            navigate(returnTo, true);
+          }}
+        />
+      </>
+    );
+  }
+
   if (token === null) {
     return (
       <>
         <Header />
-        <SignIn
-          message={message}
-          onSignIn={(value) => {
-            saveToken(value);
-            noteMove();
-            setMessage(undefined);
-            setToken(value);
-          }}
-        />
+        <SignIn message={message} onSignIn={signIn} />
       </>
     );
   }

@@ -16,12 +16,17 @@
 //   its tools, called by the agent and removed, a model registered, and
 //   registrations with literal secrets refused with the gateway's message;
 //   and a tenant admin who cannot see another tenant and reads its limits,
-//   its upstreams and models without a form. Screenshots of every step go
-//   to --shots.
+//   its upstreams and models without a form. With --oidc-base, a second
+//   gateway whose console signs in with an OpenID Connect provider
+//   (--oidc-issuer, oidc-provider.mjs): its policy and settings, an answer
+//   with a state the tab did not send, a sign-in the user denies at the
+//   provider, then one through the provider's login and consent back to the
+//   tenants page. Screenshots of every step go to --shots.
 //
 // Usage: node console.test.mjs --base http://127.0.0.1:PORT --admin JWT --tenant-admin JWT
 //          --agent JWT --other-agent JWT --mcp-only JWT --upstream-secret S
 //          --credential-prefix P --shots DIR
+//          [--oidc-base URL --oidc-issuer URL --oidc-password P --oidc-agent-secret S]
 // Prints `N passed, N failed` last; exits 1 on any failure.
 
 import { mkdirSync } from "node:fs";
@@ -43,6 +48,10 @@ const { values: args } = parseArgs({
     "credential-prefix": { type: "string" },
     shots: { type: "string" },
     chromium: { type: "string", default: "/usr/bin/chromium" },
+    "oidc-base": { type: "string" },
+    "oidc-issuer": { type: "string" },
+    "oidc-password": { type: "string" },
+    "oidc-agent-secret": { type: "string" },
   },
 });
 for (const name of ["base", "admin", "tenant-admin", "agent", "other-agent", "mcp-only", "upstream-secret", "credential-prefix", "shots"]) {
@@ -85,9 +94,9 @@ async function step(label, body) {
 
 // --- the MCP client: JSON-RPC POSTs to /mcp ------------------------------------------------
 let rpcId = 0;
-async function tool(token, name, args, headers = {}) {
+async function tool(token, name, args, headers = {}, base = BASE) {
   rpcId += 1;
-  const response = await fetch(`${BASE}/mcp`, {
+  const response = await fetch(`${base}/mcp`, {
     method: "POST",
     headers: {
       Authorization: `Bearer ${token}`,
@@ -105,15 +114,21 @@ async function tool(token, name, args, headers = {}) {
   return message.result;
 }
 
-async function createBranch(token, session, description, extra = {}) {
-  const result = await tool(token, "branch_create", {
-    session_id: session,
-    description,
-    prompt: `Work on: ${description}`,
-    budget: 4000,
-    timeout_seconds: 300,
-    ...extra,
-  });
+async function createBranch(token, session, description, extra = {}, base = BASE) {
+  const result = await tool(
+    token,
+    "branch_create",
+    {
+      session_id: session,
+      description,
+      prompt: `Work on: ${description}`,
+      budget: 4000,
+      timeout_seconds: 300,
+      ...extra,
+    },
+    {},
+    base,
+  );
   if (result.isError) throw new Error(`branch_create refused: ${JSON.stringify(result.content)}`);
   return result.structuredContent.branch_id;
 }
@@ -225,10 +240,10 @@ page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 page.setDefaultTimeout(10_000);
 
 let shot = 0;
-async function screenshot(name, fullPage = false) {
+async function screenshot(name, fullPage = false, of = page) {
   shot += 1;
   const file = join(args.shots, `${String(shot).padStart(2, "0")}-${name}.png`);
-  await page.screenshot({ path: file, fullPage });
+  await of.screenshot({ path: file, fullPage });
   console.log(`     screenshot ${file}`);
 }
 
@@ -1006,6 +1021,8 @@ try {
   });
 
   check("no script errors or Content-Security-Policy violations in the page", problems.length === 0, problems);
+
+  if (args["oidc-base"]) await signInWithProvider();
 } finally {
   await browser.close();
   upstreamServer.closeAllConnections();
@@ -1014,3 +1031,165 @@ try {
 
 console.log(`\n${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
+
+// --- sign-in with the OpenID Connect provider -----------------------------------------------
+async function signInWithProvider() {
+  const OIDC = args["oidc-base"];
+  const ISSUER = args["oidc-issuer"];
+  const PROVIDER = ISSUER.replace(/^https?:\/\//, "");
+  const signInButton = (p) => p.getByRole("button", { name: `Sign in with ${PROVIDER}` });
+  const oidcProblems = [];
+  async function tab() {
+    // A browser of its own: no session at the provider yet.
+    const ctx = await browser.newContext({ viewport: { width: 1366, height: 768 }, locale: "en-GB" });
+    const p = await ctx.newPage();
+    p.setDefaultTimeout(15_000);
+    p.on("console", (m) => {
+      // The test provider has no favicon.
+      const missingAtProvider = p.url().startsWith(ISSUER) && /status of 404/.test(m.text());
+      if (m.type() === "error" && !missingAtProvider) oidcProblems.push(`${p.url()}: ${m.text()}`);
+    });
+    p.on("pageerror", (e) => oidcProblems.push(`page error: ${e.message}`));
+    return p;
+  }
+  /** From the console to the provider's login form, signed in there. */
+  async function logIn(p, password = args["oidc-password"]) {
+    await signInButton(p).click();
+    await p.waitForURL((url) => url.href.startsWith(`${ISSUER}/interaction/`));
+    await p.getByLabel("Username").fill("operator");
+    await p.getByLabel("Password").fill(password);
+    await p.getByRole("button", { name: "Sign in" }).click();
+  }
+
+  await step("an agent folds a branch with a token from the provider", async () => {
+    const response = await fetch(`${ISSUER}/token`, {
+      method: "POST",
+      body: new URLSearchParams({
+        grant_type: "client_credentials",
+        client_id: "agent",
+        client_secret: args["oidc-agent-secret"],
+        resource: `${OIDC}/mcp`,
+        scope: "fold:read fold:write",
+      }),
+    });
+    const { access_token: agent } = await response.json();
+    const branch = await createBranch(agent, "oidc-session", "a branch behind the provider's token", {}, OIDC);
+    check("the gateway takes the provider's JWTs (JWKS, issuer, audience, tenant claim)", Boolean(branch), branch);
+  });
+
+  const first = await tab();
+  await step("with a provider configured, the sign-in page offers it", async () => {
+    const response = await first.goto(`${OIDC}/console/`);
+    const csp = response.headers()["content-security-policy"] ?? "";
+    check(
+      "the policy lets the page reach the provider's origin, and nothing else changes",
+      csp.includes(`connect-src 'self' ${ISSUER};`) && csp.includes("script-src 'self';") && csp.includes("form-action 'self'"),
+      csp,
+    );
+    const settings = await (await fetch(`${OIDC}/console/config.json`)).json();
+    check(
+      "/console/config.json names the issuer, the public client, the scopes and the resource",
+      settings.oidc?.issuer === ISSUER &&
+        settings.oidc?.client_id === "foldgate-console" &&
+        settings.oidc?.scopes.join(" ") === "openid foldgate:admin tenant:admin" &&
+        settings.oidc?.token === "access_token" &&
+        settings.oidc?.resource === `${OIDC}/mcp`,
+      settings,
+    );
+    const plain = await (await fetch(`${BASE}/console/config.json`)).json();
+    check("without a provider, config.json says so and the policy is unchanged", plain.oidc === null, plain);
+    await signInButton(first).waitFor();
+    const focused = await first.evaluate(() => document.activeElement?.textContent ?? "");
+    check(
+      `the page offers "Sign in with ${PROVIDER}" first, and the token field stays`,
+      focused === `Sign in with ${PROVIDER}` && (await first.getByLabel("Admin bearer token").isVisible()),
+      focused,
+    );
+    await screenshot("oidc-sign-in", false, first);
+  });
+
+  await step("an answer with a state this tab did not send is refused", async () => {
+    await signInButton(first).click();
+    await first.waitForURL((url) => url.href.startsWith(`${ISSUER}/interaction/`));
+    await first.goto(`${OIDC}/console/callback?code=forged-code&state=forged-state&iss=${encodeURIComponent(ISSUER)}`);
+    const alert = first.getByRole("alert");
+    await alert.waitFor();
+    const text = await alert.innerText();
+    const token = await first.evaluate(() => sessionStorage.getItem("foldgate.console.token"));
+    check(
+      "a forged answer: its state differs, nothing is exchanged, and the console leaves the callback address",
+      text.includes("does not belong to the sign-in this tab started (its state differs)") &&
+        token === null &&
+        first.url() === `${OIDC}/console/`,
+      { text, url: first.url() },
+    );
+    await screenshot("oidc-bad-state", false, first);
+    await first.goto(`${OIDC}/console/callback?code=replayed&state=forged-state`);
+    const again = await first.getByRole("alert").innerText();
+    check("an answer with no sign-in waiting in the tab is refused", again.includes("no sign-in waiting"), again);
+  });
+
+  await step("a sign-in the user denies at the provider", async () => {
+    await first.goto(`${OIDC}/console/`);
+    await logIn(first, "not the password");
+    const wrong = await first.getByRole("alert").innerText();
+    check("the provider's login form refuses a wrong password", wrong.includes("Wrong username or password"), wrong);
+    await first.getByLabel("Password").fill(args["oidc-password"]);
+    await first.getByLabel("Username").fill("operator");
+    await first.getByRole("button", { name: "Sign in" }).click();
+    await first.getByRole("heading", { name: "Allow access" }).waitFor();
+    await first.getByRole("button", { name: "Deny" }).click();
+    await first.waitForURL(`${OIDC}/console/`);
+    const alert = first.getByRole("alert");
+    await alert.waitFor();
+    const text = await alert.innerText();
+    check(
+      "the refusal is shown (access_denied and the provider's description), the paste still offered",
+      text.includes(`${PROVIDER} did not sign you in: access_denied (End-User aborted interaction)`) &&
+        (await first.getByLabel("Admin bearer token").isVisible()) &&
+        (await signInButton(first).isVisible()),
+      text,
+    );
+    const stored = await first.evaluate(() => Object.keys(sessionStorage));
+    check("nothing is kept after a refusal", stored.length === 0, stored);
+    await screenshot("oidc-denied", false, first);
+  });
+
+  const second = await tab();
+  await step("signing in through the provider's login and consent", async () => {
+    await second.goto(`${OIDC}/console/`);
+    await logIn(second);
+    await second.getByRole("heading", { name: "Allow access" }).waitFor();
+    const asked = await second.locator("main p").first().innerText();
+    check(
+      "the consent page lists the scopes the console asks for",
+      ["openid", "foldgate:admin", "tenant:admin"].every((s) => asked.includes(s)),
+      asked,
+    );
+    await screenshot("oidc-consent", false, second);
+    await second.getByRole("button", { name: "Allow" }).click();
+    await second.getByRole("heading", { name: "Tenants", level: 1 }).waitFor();
+    await second.getByRole("link", { name: "acme", exact: true }).waitFor();
+    const who = await second.locator(".who").innerText();
+    check(
+      "back in the console, signed in as the provider's user, the tenants page loads",
+      second.url() === `${OIDC}/console/` && who.includes("operator (ops)") && who.includes("foldgate:admin"),
+      { url: second.url(), who },
+    );
+    const stored = await second.evaluate(() => ({
+      keys: Object.keys(sessionStorage),
+      token: sessionStorage.getItem("foldgate.console.token") ?? "",
+    }));
+    const claims = JSON.parse(Buffer.from(stored.token.split(".")[1] ?? "", "base64url").toString() || "{}");
+    check(
+      "the access token is kept as a pasted one (sessionStorage, alone): a JWT of the provider for the gateway",
+      stored.keys.length === 1 && claims.iss === ISSUER && claims.aud === `${OIDC}/mcp` && claims.tenant === "ops",
+      { keys: stored.keys, claims },
+    );
+    await screenshot("oidc-tenants", false, second);
+    await second.getByRole("button", { name: "Sign out" }).click();
+    await signInButton(second).waitFor();
+  });
+
+  check("no script errors or Content-Security-Policy violations during the sign-ins", oidcProblems.length === 0, oidcProblems);
+}

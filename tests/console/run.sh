@@ -7,7 +7,10 @@
 #      tenant acme) with Debian's Chromium driven by npm playwright-core
 #      (tests/console/console.test.mjs), while a plain JSON-RPC MCP client creates, returns and
 #      has branches ended under it, calls the upstream inside a branch and has the gateway run
-#      a branch on the scripted model (tests/console/model-script.json).
+#      a branch on the scripted model (tests/console/model-script.json);
+#   3. sign-in with an OpenID Connect provider: npm oidc-provider on loopback
+#      (tests/console/oidc-provider.mjs) and a second `foldgate serve` that verifies its tokens
+#      through its JWKS and whose console signs in there ([console] oidc_*).
 # Installs what it needs: Chromium with apt-get if /usr/bin/chromium is missing (Playwright never
 # downloads a browser), `npm ci` in console/ and tests/console. Screenshots of each step go to
 # target/console-screenshots/. Prints `N passed, N failed` last and exits non-zero on any failure.
@@ -132,8 +135,19 @@ tenants = ["acme"]
 timeout_seconds = 30
 TOML
 
+# started FILE PATTERN PID: waits up to a minute for PATTERN in FILE while PID runs.
+started() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
 log "foldgate serve on loopback (SQLite)"
-read -r PORT OPS_PORT < <(free_ports 2)
+read -r PORT OPS_PORT IDP_PORT OIDC_PORT OIDC_OPS_PORT < <(free_ports 5)
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 LLM_KEY="sk-console-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 # What the upstream the browser test registers wants, and a registered model's key: registrations
@@ -147,16 +161,40 @@ CREDENTIAL_PREFIX=FOLDGATE_SECRET_
   --listen "127.0.0.1:$PORT" --ops-listen "127.0.0.1:$OPS_PORT" >"$DIR/stdout" 2>"$DIR/stderr") &
 PIDS+=($!)
 SERVER_PID=$!
-started=""
-for ((i = 0; i < 300; i++)); do
-  if grep -qE '^foldgate is serving MCP at ' "$DIR/stdout" 2>/dev/null; then
-    started=yes
-    break
+
+# The provider, and a gateway that takes its tokens (JWKS, issuer, the MCP URL as audience) and
+# whose console signs in there, asking for that audience as the resource.
+ISSUER="http://127.0.0.1:$IDP_PORT"
+OIDC_BASE="http://127.0.0.1:$OIDC_PORT"
+OIDC_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_urlsafe(12))')
+OIDC_AGENT_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
+oidc_args=()
+(cd "$HERE" && exec node oidc-provider.mjs --port "$IDP_PORT" --gateway "$OIDC_BASE" \
+  --audience "$OIDC_BASE/mcp" --password "$OIDC_PASSWORD" --agent-secret "$OIDC_AGENT_SECRET" \
+  >"$DIR/idp.stdout" 2>"$DIR/idp.stderr") &
+PIDS+=($!)
+if started "$DIR/idp.stdout" '^oidc provider listening at ' $!; then
+  (cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWKS_URL="$ISSUER/jwks" FOLDGATE_JWT_ISSUER="$ISSUER" \
+    FOLDGATE_CONSOLE__OIDC_CLIENT_ID=foldgate-console FOLDGATE_CONSOLE__OIDC_RESOURCE="$OIDC_BASE/mcp" \
+    "$FOLDGATE" serve --database-url "sqlite://$DIR/oidc.db" \
+    --listen "127.0.0.1:$OIDC_PORT" --ops-listen "127.0.0.1:$OIDC_OPS_PORT" \
+    >"$DIR/oidc.stdout" 2>"$DIR/oidc.stderr") &
+  PIDS+=($!)
+  if started "$DIR/oidc.stdout" '^foldgate is serving MCP at ' $!; then
+    oidc_args=(--oidc-base "$OIDC_BASE" --oidc-issuer "$ISSUER" --oidc-password "$OIDC_PASSWORD"
+      --oidc-agent-secret "$OIDC_AGENT_SECRET")
+  else
+    echo "the gateway with OpenID Connect sign-in did not start; its output:"
+    cat "$DIR/oidc.stdout" "$DIR/oidc.stderr" || true
+    fail "foldgate serve with [console] oidc_client_id started"
   fi
-  kill -0 "$SERVER_PID" 2>/dev/null || break
-  sleep 0.2
-done
-if [ -z "$started" ]; then
+else
+  echo "the OpenID Connect provider did not start; its output:"
+  cat "$DIR/idp.stdout" "$DIR/idp.stderr" || true
+  fail "the OpenID Connect provider (oidc-provider) started"
+fi
+
+if ! started "$DIR/stdout" '^foldgate is serving MCP at ' "$SERVER_PID"; then
   echo "foldgate did not start; its output:"
   cat "$DIR/stdout" "$DIR/stderr" || true
   fail "foldgate serve started"
@@ -175,7 +213,7 @@ else
   if (cd "$HERE" && timeout 300 node console.test.mjs --base "http://127.0.0.1:$PORT" \
     --admin "$ADMIN" --tenant-admin "$TENANT_ADMIN" --agent "$AGENT" --other-agent "$OTHER_AGENT" \
     --mcp-only "$MCP_ONLY" --upstream-secret "$UPSTREAM_SECRET" \
-    --credential-prefix "$CREDENTIAL_PREFIX" --shots "$SHOTS" --chromium "$CHROMIUM" |
+    --credential-prefix "$CREDENTIAL_PREFIX" --shots "$SHOTS" --chromium "$CHROMIUM" "${oidc_args[@]}" |
     tee "$DIR/browser.log"); then
     browser_ok=yes
   else
@@ -190,6 +228,12 @@ else
     [ "${b_failed:-0}" -gt 0 ] || fail "console in Chromium: the browser test did not finish"
     echo "--- foldgate's warnings and errors"
     grep -E '"level":"(WARN|ERROR)"' "$DIR/stderr" | tail -n 20 || true
+    if [ "${#oidc_args[@]}" -gt 0 ]; then
+      echo "--- the gateway with OpenID Connect sign-in: warnings and errors"
+      grep -E '"level":"(WARN|ERROR)"' "$DIR/oidc.stderr" | tail -n 20 || true
+      echo "--- the OpenID Connect provider's errors"
+      tail -n 20 "$DIR/idp.stderr" || true
+    fi
   fi
   echo "screenshots in $SHOTS:"
   ls "$SHOTS" 2>/dev/null | sed 's/^/  /' || true

@@ -61,6 +61,8 @@ pub struct Gateway {
     pub shutdown: CancellationToken,
     /// Where the HTTP layers and the MCP handlers record metrics.
     pub metrics: ApiMetrics,
+    /// The identity provider operators sign in to the console with, if any.
+    pub console_sign_in: Option<foldgate_console::OidcSignIn>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -150,7 +152,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
     Ok(Router::new()
         .route_service("/mcp", mcp_layers.service(mcp))
         .nest(foldgate_admin::PREFIX, admin)
-        .merge(foldgate_console::router())
+        .merge(foldgate_console::router(gateway.console_sign_in.clone()))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/.well-known/oauth-protected-resource", metadata_route.clone())

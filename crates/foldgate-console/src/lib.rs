@@ -11,19 +11,29 @@
 //!   `index.html` too, so that the console's own links (`/console/session?…`)
 //!   load it; a missing file is a 404.
 //!
+//! - `/console/config.json` tells the page how operators sign in: with a
+//!   pasted token only, or also with the deployment's OpenID Connect
+//!   provider (see [`oidc`]).
+//!
 //! Every answer carries a strict `Content-Security-Policy` (scripts, styles
-//! and requests from this origin only, no inline script), `nosniff`, no
-//! framing and no referrer. The page itself is public: it holds no data,
-//! and it calls the admin API with the token the operator pastes.
+//! and requests from this origin only, no inline script; with sign-in at a
+//! provider, requests to its origins too), `nosniff`, no framing and no
+//! referrer. The page itself is public: it holds no data, and it calls the
+//! admin API with the token the operator pastes or the provider issues.
+
+pub mod oidc;
+
+use std::sync::Arc;
 
 use axum::{
     Router,
     body::Body,
-    extract::OriginalUri,
+    extract::{OriginalUri, State},
     http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::get,
 };
+pub use oidc::{ConsoleConfig, OidcSignIn, OidcToken};
 
 /// Where the console is mounted (the front end is built for this base).
 pub const PREFIX: &str = "/console";
@@ -33,6 +43,20 @@ pub const PREFIX: &str = "/console";
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self'; font-src 'self'; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The policy every answer carries: [`CONTENT_SECURITY_POLICY`] as it is
+/// without sign-in at a provider; with it, the page may also connect to the
+/// provider's origins (discovery and the code exchange run in the browser).
+pub fn content_security_policy(sign_in: Option<&OidcSignIn>) -> String {
+    match sign_in {
+        Some(sign_in) if !sign_in.connect_origins.is_empty() => CONTENT_SECURITY_POLICY.replacen(
+            "connect-src 'self'",
+            &format!("connect-src 'self' {}", sign_in.connect_origins.join(" ")),
+            1,
+        ),
+        _ => CONTENT_SECURITY_POLICY.to_owned(),
+    }
+}
 
 /// Fingerprinted files: their names change with their content.
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
@@ -57,33 +81,79 @@ fn find(path: &str) -> Option<&'static Asset> {
     FILES.iter().find(|a| a.path == path)
 }
 
+/// What the deployment's settings make of the console: the policy its
+/// answers carry and what `/console/config.json` says.
+#[derive(Debug)]
+struct Served {
+    policy: HeaderValue,
+    settings: String,
+}
+
+/// What `/console/config.json` holds: how operators sign in. Nothing in it
+/// is secret (a public client has no secret).
+#[derive(serde::Serialize)]
+struct PageSettings<'a> {
+    oidc: Option<&'a OidcSignIn>,
+}
+
 /// The console's routes, under [`PREFIX`] (merged into the gateway's
 /// router rather than nested: a nested router's `/` does not answer the
 /// prefix with a trailing slash, which is the console's address).
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+/// `sign_in`: the deployment's OpenID Connect provider, if operators sign
+/// in there.
+pub fn router<S: Clone + Send + Sync + 'static>(sign_in: Option<OidcSignIn>) -> Router<S> {
+    let policy = content_security_policy(sign_in.as_ref());
+    let served = Served {
+        // Origins are ASCII serializations and the rest is constant.
+        policy: HeaderValue::from_str(&policy)
+            .unwrap_or_else(|_| HeaderValue::from_static(CONTENT_SECURITY_POLICY)),
+        settings: serde_json::to_string(&PageSettings { oidc: sign_in.as_ref() })
+            .unwrap_or_else(|_| "{\"oidc\":null}".to_owned()),
+    };
     Router::new()
         .route(PREFIX, get(root))
         .route(&format!("{PREFIX}/"), get(root))
+        .route(&format!("{PREFIX}/config.json"), get(settings))
         .route(&format!("{PREFIX}/{{*path}}"), get(file))
+        .with_state(Arc::new(served))
 }
 
 /// `/console/` is the page; `/console` redirects there, so that the page's
 /// relative URLs resolve under the base.
-async fn root(OriginalUri(uri): OriginalUri, headers: HeaderMap) -> Response {
-    if uri.path().ends_with('/') { serve_index(&headers) } else { redirect_to_slash(&uri) }
+async fn root(
+    State(served): State<Arc<Served>>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    let response =
+        if uri.path().ends_with('/') { serve_index(&headers) } else { redirect_to_slash(&uri) };
+    secure(response, &served)
 }
 
 async fn file(
+    State(served): State<Arc<Served>>,
     axum::extract::Path(path): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(asset) = find(&path).filter(|_| path != "index.html") {
-        return serve(asset, &headers);
-    }
-    if path == "index.html" || is_page(&path) {
-        return serve_index(&headers);
-    }
-    not_found()
+    let response = if let Some(asset) = find(&path).filter(|_| path != "index.html") {
+        serve(asset, &headers)
+    } else if path == "index.html" || is_page(&path) {
+        serve_index(&headers)
+    } else {
+        not_found()
+    };
+    secure(response, &served)
+}
+
+/// `/console/config.json`: how operators sign in, read by the page when
+/// it loads. Checked with the gateway each time (a deployment may change
+/// it).
+async fn settings(State(served): State<Arc<Served>>) -> Response {
+    let mut response = Response::new(Body::from(served.settings.clone()));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(REVALIDATE));
+    secure(response, &served)
 }
 
 /// Whether a path names a page of the console rather than a file: it is not
@@ -118,7 +188,7 @@ fn serve(asset: &'static Asset, request: &HeaderMap) -> Response {
     let h = response.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     h.insert(header::ETAG, HeaderValue::from_static(asset.etag));
-    secure(response)
+    response
 }
 
 fn redirect_to_slash(uri: &Uri) -> Response {
@@ -130,19 +200,19 @@ fn redirect_to_slash(uri: &Uri) -> Response {
     if let Ok(location) = HeaderValue::from_str(&target) {
         response.headers_mut().insert(header::LOCATION, location);
     }
-    secure(response)
+    response
 }
 
 fn not_found() -> Response {
     let mut response = (StatusCode::NOT_FOUND, "not found\n").into_response();
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(REVALIDATE));
-    secure(response)
+    response
 }
 
 /// The headers every answer of the console carries.
-fn secure(mut response: Response) -> Response {
+fn secure(mut response: Response, served: &Served) -> Response {
     let h = response.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    h.insert(header::CONTENT_SECURITY_POLICY, served.policy.clone());
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -177,15 +247,35 @@ mod tests {
 
     /// Mounted as the gateway mounts it.
     fn app() -> Router {
-        Router::new().merge(router()).route("/healthz", get(|| async { "ok" }))
+        app_with(None)
+    }
+
+    fn app_with(sign_in: Option<OidcSignIn>) -> Router {
+        Router::new().merge(router(sign_in)).route("/healthz", get(|| async { "ok" }))
     }
 
     async fn get_path(path: &str, headers: &[(&str, &str)]) -> Response {
+        get_from(app(), path, headers).await
+    }
+
+    async fn get_from(app: Router, path: &str, headers: &[(&str, &str)]) -> Response {
         let mut request = Request::get(path);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        app().oneshot(request.body(Body::empty()).unwrap()).await.unwrap()
+        app.oneshot(request.body(Body::empty()).unwrap()).await.unwrap()
+    }
+
+    /// Sign-in at a provider whose token endpoint is on another origin.
+    fn provider() -> OidcSignIn {
+        ConsoleConfig {
+            oidc_client_id: Some("foldgate-console".into()),
+            oidc_connect_origins: vec!["https://oauth2.idp.example".into()],
+            ..ConsoleConfig::default()
+        }
+        .sign_in(Some("https://idp.example/realms/ops"))
+        .unwrap()
+        .unwrap()
     }
 
     fn header_of<'a>(response: &'a Response, name: &str) -> &'a str {
@@ -304,6 +394,50 @@ mod tests {
         let response =
             app().oneshot(Request::post("/console/").body(Body::empty()).unwrap()).await.unwrap();
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[tokio::test]
+    async fn without_a_provider_the_policy_allows_this_origin_alone() {
+        assert_eq!(content_security_policy(None), CONTENT_SECURITY_POLICY);
+        assert!(CONTENT_SECURITY_POLICY.contains("connect-src 'self';"));
+        let response = get_path("/console/config.json", &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header_of(&response, "content-type"), "application/json");
+        assert_eq!(header_of(&response, "cache-control"), "no-cache");
+        assert_secured(&response);
+        assert_eq!(text(response).await, r#"{"oidc":null}"#);
+    }
+
+    #[tokio::test]
+    async fn with_a_provider_the_page_may_reach_its_origins_and_nothing_else_changes() {
+        let expected = CONTENT_SECURITY_POLICY.replace(
+            "connect-src 'self';",
+            "connect-src 'self' https://idp.example https://oauth2.idp.example;",
+        );
+        assert_eq!(content_security_policy(Some(&provider())), expected);
+        for path in [
+            "/console",
+            "/console/",
+            "/console/callback?code=c&state=s",
+            "/console/config.json",
+            "/console/gone.js",
+        ] {
+            let response = get_from(app_with(Some(provider())), path, &[]).await;
+            assert_eq!(header_of(&response, "content-security-policy"), expected, "{path}");
+            assert_eq!(header_of(&response, "x-frame-options"), "DENY", "{path}");
+        }
+        let response = get_from(app_with(Some(provider())), "/console/config.json", &[]).await;
+        let settings: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(
+            settings,
+            serde_json::json!({"oidc": {
+                "issuer": "https://idp.example/realms/ops",
+                "client_id": "foldgate-console",
+                "scopes": ["openid", "foldgate:admin", "tenant:admin"],
+                "token": "access_token",
+                "connect_origins": ["https://idp.example", "https://oauth2.idp.example"],
+            }})
+        );
     }
 
     #[test]

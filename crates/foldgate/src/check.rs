@@ -71,6 +71,24 @@ pub fn describe_models(config: &Config) -> String {
     format!("models: {}", list_or_none(each))
 }
 
+/// `check-config`'s line on how operators sign in to the web console.
+pub fn describe_console(config: &Config) -> String {
+    match config.console_sign_in() {
+        Ok(Some(sign_in)) => format!(
+            "console: sign-in with {} (client {}, scopes {}, sends the {}{}), or a pasted token; \
+             connect-src adds {}",
+            sign_in.issuer,
+            sign_in.client_id,
+            sign_in.scopes.join(" "),
+            sign_in.token.as_str().replace('_', " "),
+            sign_in.resource.map(|r| format!(", resource {r}")).unwrap_or_default(),
+            sign_in.connect_origins.join(" "),
+        ),
+        // `load` has checked it already.
+        Ok(None) | Err(_) => "console: pasted tokens only".to_owned(),
+    }
+}
+
 fn tenant_scope(tenants: Option<&[String]>) -> String {
     tenants.map_or_else(|| "every tenant".to_owned(), |t| format!("tenants: {}", t.join(", ")))
 }

@@ -223,6 +223,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             println!("{}", check::describe_upstreams(&config));
             println!("{}", check::describe_models(&config));
+            println!("{}", check::describe_console(&config));
         }
         Command::Memory(command) => {
             init_logs(

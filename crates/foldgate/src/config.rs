@@ -14,6 +14,7 @@ use foldgate_api::{
     auth::AuthConfig,
     upstream::{UpstreamConfig, expand_env},
 };
+use foldgate_console::{ConsoleConfig, OidcSignIn, OidcToken};
 use foldgate_domain::ConfigError;
 use foldgate_engine::{FoldingConfig, MemoryConfig, RetentionConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
@@ -89,6 +90,8 @@ pub struct Config {
     pub runner: RunnerConfig,
     /// The reasoning memory (`[memory]`).
     pub memory: MemoryConfig,
+    /// How operators sign in to the web console (`[console]`).
+    pub console: ConsoleConfig,
 }
 
 impl Default for Config {
@@ -112,6 +115,7 @@ impl Default for Config {
             models: Vec::new(),
             runner: RunnerConfig::default(),
             memory: MemoryConfig::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -134,7 +138,12 @@ const ENV_ALIASES: &[(&str, &[&str])] = &[
 ];
 
 /// Settings that are lists: comma-separated in the environment.
-const LIST_SETTINGS: &[&[&str]] = &[&["api", "allowed_hosts"], &["api", "allowed_origins"]];
+const LIST_SETTINGS: &[&[&str]] = &[
+    &["api", "allowed_hosts"],
+    &["api", "allowed_origins"],
+    &["console", "oidc_scopes"],
+    &["console", "oidc_connect_origins"],
+];
 
 /// Settings that stay strings even when they look like numbers.
 const STRING_SETTINGS: &[&[&str]] = &[
@@ -145,6 +154,9 @@ const STRING_SETTINGS: &[&[&str]] = &[
     &["auth", "issuer"],
     &["auth", "audience"],
     &["auth", "tenant_claim"],
+    &["console", "oidc_client_id"],
+    &["console", "oidc_issuer"],
+    &["console", "oidc_resource"],
 ];
 
 /// Variables with this prefix are never settings: they hold credentials
@@ -225,6 +237,7 @@ impl Config {
         if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
             section("auth", self.auth.validate())?;
         }
+        self.console_sign_in()?;
         if self.auth_mode == AuthMode::None && !self.listen.ip().is_loopback() {
             return Err(format!(
                 "auth_mode = \"none\" is only allowed on a loopback address, not {}",
@@ -277,6 +290,41 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The console's sign-in at the identity provider, if configured, checked
+    /// against the rest: the gateway must verify the tokens it yields.
+    pub fn console_sign_in(&self) -> Result<Option<OidcSignIn>, ConfigError> {
+        let in_console = |e: String| ConfigError::new(e).within("[console]");
+        let Some(sign_in) =
+            self.console.sign_in(self.auth.issuer.as_deref()).map_err(in_console)?
+        else {
+            return Ok(None);
+        };
+        if self.auth_mode == AuthMode::None {
+            return Err(in_console(
+                "oidc_client_id is set but auth_mode = \"none\": the gateway takes no tokens, \
+                 so there is nothing to sign in with"
+                    .into(),
+            ));
+        }
+        if !self.has_key_source() {
+            return Err(in_console(
+                "oidc_client_id is set but [auth] has no key source to verify the provider's \
+                 tokens with: set auth.jwks_url to the provider's JWKS (or public_key_file)"
+                    .into(),
+            ));
+        }
+        if sign_in.token == OidcToken::IdToken
+            && self.auth.audience.as_deref() != Some(sign_in.client_id.as_str())
+        {
+            return Err(in_console(format!(
+                "oidc_token = \"id_token\" sends the ID token, whose audience is the console's \
+                 client id: set auth.audience to {:?}, or send the access token",
+                sign_in.client_id
+            )));
+        }
+        Ok(Some(sign_in))
     }
 
     /// Whether a JWT key source is configured.
@@ -539,6 +587,87 @@ mod tests {
             let err = Config::load(None, env(vars)).unwrap_err();
             assert!(err.to_string().contains(expected), "{vars:?}: {err}");
             let err = telemetry_from_env(env(vars)).unwrap_err();
+            assert!(err.to_string().contains(expected), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn console_sign_in_comes_from_the_environment() {
+        let c = Config::load(
+            None,
+            env(&[
+                ("FOLDGATE_JWKS_URL", "https://idp.example/jwks"),
+                ("FOLDGATE_JWT_ISSUER", "https://idp.example/realms/ops"),
+                // Numeric client ids stay text.
+                ("FOLDGATE_CONSOLE__OIDC_CLIENT_ID", "245678901234567890"),
+                ("FOLDGATE_CONSOLE__OIDC_SCOPES", "openid, tenant:admin"),
+                ("FOLDGATE_CONSOLE__OIDC_RESOURCE", "https://foldgate.example/mcp"),
+                ("FOLDGATE_CONSOLE__OIDC_CONNECT_ORIGINS", "https://oauth2.idp.example"),
+            ]),
+        )
+        .unwrap();
+        let sign_in = c.console_sign_in().unwrap().unwrap();
+        assert_eq!(sign_in.client_id, "245678901234567890");
+        assert_eq!(sign_in.issuer, "https://idp.example/realms/ops", "auth.issuer by default");
+        assert_eq!(sign_in.scopes, ["openid", "tenant:admin"]);
+        assert_eq!(sign_in.token, OidcToken::AccessToken);
+        assert_eq!(sign_in.resource.as_deref(), Some("https://foldgate.example/mcp"));
+        assert_eq!(sign_in.connect_origins, ["https://idp.example", "https://oauth2.idp.example"]);
+
+        let c = Config::load(
+            None,
+            env(&[
+                ("FOLDGATE_JWKS_URL", "http://127.0.0.1:4000/jwks"),
+                ("FOLDGATE_JWT_AUDIENCE", "foldgate-console"),
+                ("FOLDGATE_CONSOLE__OIDC_CLIENT_ID", "foldgate-console"),
+                ("FOLDGATE_CONSOLE__OIDC_ISSUER", "http://127.0.0.1:4000"),
+                ("FOLDGATE_CONSOLE__OIDC_TOKEN", "id_token"),
+            ]),
+        )
+        .unwrap();
+        let sign_in = c.console_sign_in().unwrap().unwrap();
+        assert_eq!(sign_in.token, OidcToken::IdToken);
+        assert_eq!(sign_in.issuer, "http://127.0.0.1:4000");
+        // Without a client id the console takes pasted tokens only.
+        assert_eq!(Config::load(None, env(&[])).unwrap().console_sign_in(), Ok(None));
+    }
+
+    #[test]
+    fn console_sign_in_mistakes_are_reported_clearly() {
+        let jwks = ("FOLDGATE_JWKS_URL", "https://idp.example/jwks");
+        let client = ("FOLDGATE_CONSOLE__OIDC_CLIENT_ID", "foldgate-console");
+        let issuer = ("FOLDGATE_CONSOLE__OIDC_ISSUER", "https://idp.example");
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[jwks, client],
+                "[console] oidc_client_id is set but there is no issuer to sign in with",
+            ),
+            (&[jwks, issuer], "[console] oidc_issuer set without oidc_client_id"),
+            (&[client, issuer], "[console] oidc_client_id is set but [auth] has no key source"),
+            (
+                &[("FOLDGATE_AUTH_MODE", "none"), client, issuer],
+                "[console] oidc_client_id is set but auth_mode = \"none\"",
+            ),
+            (
+                &[jwks, client, issuer, ("FOLDGATE_CONSOLE__OIDC_TOKEN", "id_token")],
+                "set auth.audience to \"foldgate-console\"",
+            ),
+            (
+                &[jwks, client, issuer, ("FOLDGATE_CONSOLE__OIDC_TOKEN", "refresh_token")],
+                "oidc_token",
+            ),
+            (
+                &[jwks, client, ("FOLDGATE_CONSOLE__OIDC_ISSUER", "http://idp.example")],
+                "[console] oidc_issuer must use https",
+            ),
+            (
+                &[jwks, client, issuer, ("FOLDGATE_CONSOLE__OIDC_SCOPES", "foldgate:admin")],
+                "must include openid",
+            ),
+            (&[jwks, client, issuer, ("FOLDGATE_CONSOLE__OIDC_CLIENT", "x")], "oidc_client"),
+        ];
+        for (vars, expected) in cases {
+            let err = Config::load(None, env(vars)).unwrap_err();
             assert!(err.to_string().contains(expected), "{vars:?}: {err}");
         }
     }

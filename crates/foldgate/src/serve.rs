@@ -80,6 +80,9 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let ops_addr = ops_listener.local_addr()?;
     let mcp_url = config.api.public_url.clone().unwrap_or_else(|| format!("http://{addr}/mcp"));
+    // Before a development secret is made up below: sign-in at a provider
+    // needs the provider's keys.
+    let console_sign_in = config.console_sign_in().map_err(anyhow::Error::msg)?;
 
     // The embedded database belongs to this process alone: keep its schema
     // current. Postgres is migrated by `foldgate migrate` (or `--migrate`).
@@ -206,6 +209,7 @@ pub async fn start(
             background: driver.board(),
             shutdown: shutdown.clone(),
             metrics: api_metrics,
+            console_sign_in,
         },
         &mut driver,
     )

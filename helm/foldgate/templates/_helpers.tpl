@@ -360,5 +360,14 @@ Cross-field rules the schema cannot state clearly.
 {{- $_ := set $keyVariables $variable $model.name }}
 {{- end }}
 {{- end }}
-{{- $_ := include "foldgate.keySource" . }}
+{{- $source := include "foldgate.keySource" . }}
+{{- $console := .Values.config.console | default dict }}
+{{- if $console.oidc_client_id }}
+{{- if not (or $console.oidc_issuer (.Values.config.auth | default dict).issuer) }}
+{{- fail "config.console.oidc_client_id is set but there is no issuer to sign in with: set config.console.oidc_issuer or config.auth.issuer" }}
+{{- end }}
+{{- if eq $source "hs256-generated" }}
+{{- fail "config.console.oidc_client_id is set but the gateway has no key to verify the provider's tokens with: set config.auth.jwks_url to the provider's JWKS (or auth.publicKey)" }}
+{{- end }}
+{{- end }}
 {{- end }}

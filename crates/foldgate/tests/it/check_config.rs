@@ -137,6 +137,7 @@ fn names_the_models_and_upstreams_per_tenant_and_never_a_credential() {
             "models: default (openai, http://127.0.0.1:8000/v1, model test-model, tenants: acme, beta); \
              claude (anthropic, https://***@llm.example.com/v1?…, model claude-test, every tenant); \
              embed (openai, http://127.0.0.1:8000/v1, model embed-model, embeddings, every tenant)",
+            "console: pasted tokens only",
         ],
         "{stdout}"
     );
@@ -156,6 +157,41 @@ fn says_when_there_are_no_models_or_upstreams() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("\nupstreams: none\nmodels: none\n"), "{stdout}");
+}
+
+#[test]
+fn names_the_provider_operators_sign_in_to_the_console_with() {
+    let toml = r#"
+[auth]
+jwks_url = "https://idp.example.com/jwks"
+issuer = "https://idp.example.com/realms/ops"
+
+[console]
+oidc_client_id = "foldgate-console"
+oidc_resource = "https://foldgate.example.com/mcp"
+oidc_connect_origins = ["https://tokens.idp.example.com"]
+"#;
+    let out = check_config(toml, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some(
+            "console: sign-in with https://idp.example.com/realms/ops (client foldgate-console, \
+             scopes openid foldgate:admin tenant:admin, sends the access token, resource \
+             https://foldgate.example.com/mcp), or a pasted token; connect-src adds \
+             https://idp.example.com https://tokens.idp.example.com"
+        ),
+        "{stdout}"
+    );
+
+    let out = check_config(&toml.replace("issuer = ", "# issuer = "), &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[console] oidc_client_id is set but there is no issuer to sign in with"),
+        "{stderr}"
+    );
 }
 
 #[test]
