@@ -62,8 +62,14 @@ pub struct AuthConfig {
     /// (`FOLDGATE_JWKS_URL`). Keys are cached; a token naming an unknown
     /// `kid` triggers a refetch, at most once per
     /// `jwks_min_refresh_interval_seconds`. Must be `https`, except on a
-    /// loopback host.
+    /// loopback host or with `jwks_allow_http`.
     pub jwks_url: Option<String>,
+    /// Accept a plain `http` `jwks_url` on any host: for an identity
+    /// provider inside the cluster, reached over a network the operator
+    /// trusts (a service mesh with mutual TLS, a namespace a NetworkPolicy
+    /// closes). Keys fetched over plain HTTP can be swapped by anyone on the
+    /// path, who could then sign tokens for every tenant.
+    pub jwks_allow_http: bool,
     /// PEM file holding one public key (`FOLDGATE_JWT_PUBLIC_KEY_FILE`):
     /// RSA (tokens must be RS256), P-256 (ES256), P-384 (ES384) or Ed25519
     /// (EdDSA). Read once at startup; an unreadable file stops startup.
@@ -108,6 +114,7 @@ impl Default for AuthConfig {
         Self {
             jwt_secret: None,
             jwks_url: None,
+            jwks_allow_http: false,
             public_key_file: None,
             issuer: None,
             audience: None,
@@ -158,7 +165,7 @@ impl AuthConfig {
             .into());
         }
         if let Some(url) = &self.jwks_url {
-            check_jwks_url(url)?;
+            check_jwks_url(url, self.jwks_allow_http)?;
         }
         if let Some(path) = &self.public_key_file
             && path.as_os_str().is_empty()
@@ -201,13 +208,13 @@ impl AuthConfig {
 
 /// Keys fetched over plain HTTP could be swapped by anyone on the path, which
 /// would let them sign tokens for every tenant.
-fn check_jwks_url(raw: &str) -> Result<(), String> {
+fn check_jwks_url(raw: &str, allow_http: bool) -> Result<(), String> {
     let url = Url::parse(raw).map_err(|e| format!("jwks_url is not a valid URL: {e}"))?;
     match url.scheme() {
         "https" => Ok(()),
-        "http" if is_loopback(&url) => Ok(()),
-        "http" => Err("jwks_url must use https (plain http is accepted only for a loopback \
-                       host)"
+        "http" if allow_http || is_loopback(&url) => Ok(()),
+        "http" => Err("jwks_url must use https (plain http is accepted for a loopback host, \
+                       or anywhere with jwks_allow_http = true)"
             .into()),
         other => Err(format!("jwks_url must be an https URL, not {other}:")),
     }
@@ -275,6 +282,15 @@ mod tests {
                 },
                 Some("must use https"),
                 "http JWKS on a remote host",
+            ),
+            (
+                AuthConfig {
+                    jwks_url: Some("http://keycloak.identity.svc:8080/certs".into()),
+                    jwks_allow_http: true,
+                    ..AuthConfig::default()
+                },
+                None,
+                "http JWKS in the cluster, explicitly allowed",
             ),
             (
                 AuthConfig { jwks_url: Some("not a url".into()), ..AuthConfig::default() },
