@@ -285,6 +285,61 @@ pub struct NamePath {
     pub name: String,
 }
 
+/// What registering and removing need to know of a kind of declaration.
+trait Declaration: Serialize {
+    const KIND: RegistrationKind;
+    fn name(&self) -> &str;
+    fn validate_registered(&self, prefix: &str) -> Result<(), String>;
+    /// Whether the configuration file declares one of this name.
+    fn configured(state: &AdminState, name: &str) -> bool;
+    /// Whether this replica could build it (its `${VAR}`s set here).
+    fn buildable(&self, state: &AdminState) -> Result<(), String>;
+}
+
+impl Declaration for UpstreamConfig {
+    const KIND: RegistrationKind = RegistrationKind::Upstream;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate_registered(&self, prefix: &str) -> Result<(), String> {
+        Self::validate_registered(self, prefix).map_err(|e| e.to_string())
+    }
+
+    fn configured(state: &AdminState, name: &str) -> bool {
+        state.upstreams.snapshot().iter().any(|u| u.origin == Origin::Config && u.name() == name)
+    }
+
+    fn buildable(&self, state: &AdminState) -> Result<(), String> {
+        state.upstreams.check(self, |var| std::env::var(var).ok())
+    }
+}
+
+impl Declaration for ModelConfig {
+    const KIND: RegistrationKind = RegistrationKind::Model;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate_registered(&self, prefix: &str) -> Result<(), String> {
+        Self::validate_registered(self, prefix).map_err(|e| e.to_string())
+    }
+
+    fn configured(state: &AdminState, name: &str) -> bool {
+        state
+            .models
+            .snapshot()
+            .iter()
+            .any(|m| m.origin == ModelOrigin::Config && m.config.name == name)
+    }
+
+    fn buildable(&self, state: &AdminState) -> Result<(), String> {
+        state.models.check(self, |var| std::env::var(var).ok())
+    }
+}
+
 /// Registers an upstream MCP server: the fields of an `[[upstreams]]`
 /// entry. Credentials (header values, the OAuth client's id and secret)
 /// must be `${VAR}` references to environment variables named with the
@@ -305,22 +360,7 @@ pub async fn register_upstream(
     operator: Operator,
     BodyOf(config): BodyOf<UpstreamConfig>,
 ) -> Result<(StatusCode, Json<UpstreamView>), AdminError> {
-    if !operator.is_deployment_admin() {
-        return Err(AdminError::Forbidden);
-    }
-    config
-        .validate_registered(&state.config.credential_env_prefix)
-        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
-    let configured = state.upstreams.snapshot();
-    if configured.iter().any(|u| u.origin == Origin::Config && u.config.name == config.name) {
-        return Err(from_config("upstream", &config.name));
-    }
-    state
-        .upstreams
-        .check(&config, |var| std::env::var(var).ok())
-        .map_err(|e| AdminError::BadRequest(format!("on this replica: {e}")))?;
-    let registration =
-        add(&state, &operator, RegistrationKind::Upstream, &config.name, &config).await?;
+    let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(upstream_view(&config, None, None, Some(&registration)))))
 }
 
@@ -342,22 +382,7 @@ pub async fn register_model(
     operator: Operator,
     BodyOf(config): BodyOf<ModelConfig>,
 ) -> Result<(StatusCode, Json<ModelView>), AdminError> {
-    if !operator.is_deployment_admin() {
-        return Err(AdminError::Forbidden);
-    }
-    config
-        .validate_registered(&state.config.credential_env_prefix)
-        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
-    let configured = state.models.snapshot();
-    if configured.iter().any(|m| m.origin == ModelOrigin::Config && m.config.name == config.name) {
-        return Err(from_config("model", &config.name));
-    }
-    state
-        .models
-        .check(&config, |var| std::env::var(var).ok())
-        .map_err(|e| AdminError::BadRequest(format!("on this replica: {e}")))?;
-    let registration =
-        add(&state, &operator, RegistrationKind::Model, &config.name, &config).await?;
+    let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(model_view(&config, None, None, Some(&registration)))))
 }
 
@@ -376,14 +401,7 @@ pub async fn remove_upstream(
     operator: Operator,
     Params(path): Params<NamePath>,
 ) -> Result<StatusCode, AdminError> {
-    if !operator.is_deployment_admin() {
-        return Err(AdminError::Forbidden);
-    }
-    let configured = state.upstreams.snapshot();
-    if configured.iter().any(|u| u.origin == Origin::Config && u.config.name == path.name) {
-        return Err(from_config("upstream", &path.name));
-    }
-    remove(&state, &operator, RegistrationKind::Upstream, &path.name).await
+    remove::<UpstreamConfig>(&state, &operator, &path.name).await
 }
 
 /// Removes a registered model from every replica. `foldgate:admin` only.
@@ -401,17 +419,11 @@ pub async fn remove_model(
     operator: Operator,
     Params(path): Params<NamePath>,
 ) -> Result<StatusCode, AdminError> {
-    if !operator.is_deployment_admin() {
-        return Err(AdminError::Forbidden);
-    }
-    let configured = state.models.snapshot();
-    if configured.iter().any(|m| m.origin == ModelOrigin::Config && m.config.name == path.name) {
-        return Err(from_config("model", &path.name));
-    }
-    remove(&state, &operator, RegistrationKind::Model, &path.name).await
+    remove::<ModelConfig>(&state, &operator, &path.name).await
 }
 
-fn from_config(kind: &str, name: &str) -> AdminError {
+fn from_config(kind: RegistrationKind, name: &str) -> AdminError {
+    let kind = kind.as_str();
     AdminError::Conflict {
         code: "declared_in_config",
         message: format!(
@@ -420,15 +432,27 @@ fn from_config(kind: &str, name: &str) -> AdminError {
     }
 }
 
-/// Keeps a registration (with its audit entry) and wakes this replica's
-/// sync, so that it is live here at once and elsewhere within seconds.
-async fn add(
+/// Checks a declaration, keeps it as a registration (with its audit
+/// entry) and wakes this replica's sync, so that it is live here at once
+/// and elsewhere within seconds.
+async fn register<D: Declaration>(
     state: &AdminState,
     operator: &Operator,
-    kind: RegistrationKind,
-    name: &str,
-    declaration: &impl Serialize,
+    declaration: &D,
 ) -> Result<Registration, AdminError> {
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    let (kind, name) = (D::KIND, declaration.name());
+    declaration
+        .validate_registered(&state.config.credential_env_prefix)
+        .map_err(AdminError::BadRequest)?;
+    if D::configured(state, name) {
+        return Err(from_config(kind, name));
+    }
+    declaration
+        .buildable(state)
+        .map_err(|e| AdminError::BadRequest(format!("on this replica: {e}")))?;
     let spec =
         serde_json::to_value(declaration).map_err(|e| AdminError::Internal(e.to_string()))?;
     let registration = Registration {
@@ -451,15 +475,22 @@ async fn add(
     Ok(registration)
 }
 
-async fn remove(
+/// Removes a registration (with its audit entry) and wakes this replica's
+/// sync.
+async fn remove<D: Declaration>(
     state: &AdminState,
     operator: &Operator,
-    kind: RegistrationKind,
     name: &str,
 ) -> Result<StatusCode, AdminError> {
-    let action = format!("{}.remove", kind.as_str());
+    if !operator.is_deployment_admin() {
+        return Err(AdminError::Forbidden);
+    }
+    if D::configured(state, name) {
+        return Err(from_config(D::KIND, name));
+    }
+    let action = format!("{}.remove", D::KIND.as_str());
     let entry = audit_entry(state, operator, None, &action, name.to_owned(), serde_json::json!({}));
-    if !state.service.store().remove_registration(kind, name, &entry).await? {
+    if !state.service.store().remove_registration(D::KIND, name, &entry).await? {
         return Err(AdminError::NotFound("registration"));
     }
     log_change(&entry);
