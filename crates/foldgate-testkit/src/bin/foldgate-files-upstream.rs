@@ -12,19 +12,12 @@
 //! stdin closes when stdin is a pipe or a socket (so that a parent that
 //! dies takes it along).
 
-use std::{
-    fs::File,
-    io::{self, Read, Write},
-    os::{fd::AsFd, unix::fs::FileTypeExt},
-};
+use std::io::{self, Write};
 
 use anyhow::Context;
 use clap::Parser;
-use foldgate_testkit::upstream::Upstream;
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::oneshot,
-};
+use foldgate_testkit::{child::stdin_closed, upstream::Upstream};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// Serves the files MCP server's tools on loopback.
 #[derive(Debug, Parser)]
@@ -35,30 +28,6 @@ struct Args {
     /// Require this `Authorization` header of every request.
     #[arg(long)]
     auth: Option<String>,
-}
-
-/// Resolves when stdin reaches its end, if stdin is a pipe or a socket;
-/// never otherwise (a terminal or `/dev/null` says nothing of the parent).
-async fn stdin_closed() {
-    let (tx, rx) = oneshot::channel::<()>();
-    let piped = io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(|fd| File::from(fd).metadata())
-        .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket());
-    if piped {
-        // A thread of its own: a blocking read cannot be cancelled, and it
-        // must not hold the runtime's shutdown.
-        std::thread::spawn(move || {
-            let mut sink = [0_u8; 4096];
-            let mut stdin = io::stdin();
-            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            let _ = tx.send(());
-        });
-        let _ = rx.await;
-    } else {
-        std::future::pending::<()>().await;
-    }
 }
 
 #[tokio::main]

@@ -39,8 +39,7 @@
 
 use std::{
     fs::File,
-    io::{self, BufWriter, Read, Write},
-    os::{fd::AsFd, unix::fs::FileTypeExt},
+    io::{self, BufWriter, Write},
     path::{Path, PathBuf},
     sync::{Arc, Mutex, PoisonError, Weak},
     time::Duration,
@@ -48,15 +47,13 @@ use std::{
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use foldgate_testkit::model_server::{
-    ModelServer, Provider, RecordedRequest, Reply, ToolCall, Usage,
+use foldgate_testkit::{
+    child::stdin_closed,
+    model_server::{ModelServer, Provider, RecordedRequest, Reply, ToolCall, Usage},
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::oneshot,
-};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// Serves scripted model answers in both providers' wire formats.
 #[derive(Debug, Parser)]
@@ -274,31 +271,6 @@ fn recorded(reply: Reply, server: Weak<ModelServer>, recorder: Arc<Recorder>) ->
         }
         reply.clone()
     })
-}
-
-/// Resolves when stdin reaches its end, if stdin is a pipe or a socket;
-/// never otherwise (a terminal or `/dev/null` says nothing of the parent).
-async fn stdin_closed() {
-    let (tx, rx) = oneshot::channel::<()>();
-    let piped = io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(|fd| File::from(fd).metadata())
-        .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket());
-    if piped {
-        // A thread of its own: a blocking read cannot be cancelled, and it
-        // must not hold the runtime's shutdown.
-        std::thread::spawn(move || {
-            let mut sink = [0_u8; 4096];
-            let mut stdin = io::stdin();
-            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            let _ = tx.send(());
-        });
-        // A read error ends the thread too: either way the parent is gone.
-        let _ = rx.await;
-    } else {
-        std::future::pending::<()>().await;
-    }
 }
 
 #[tokio::main]
