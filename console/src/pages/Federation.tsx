@@ -210,31 +210,58 @@ function UpstreamTable(props: {
                 <td class="wrap" data-col="error">
                   <LastError text={u.last_error} />
                 </td>
-                <td data-col="source">
-                  <SourceCell source={u.source} registered={u.registered} />
-                </td>
-                {deployment ? (
-                  <td data-col="actions">
-                    {u.source === "api" ? (
-                      <RemoveButton
-                        kind="upstream"
-                        name={u.name}
-                        remove={async () => {
-                          await federation.removeUpstream(props.token, u.name);
-                          props.onChanged();
-                        }}
-                        notify={props.notify}
-                        after="Its tools leave every replica within seconds."
-                      />
-                    ) : null}
-                  </td>
-                ) : null}
+                <SourceAndActions
+                  entry={u}
+                  kind="upstream"
+                  deployment={deployment}
+                  remove={() => federation.removeUpstream(props.token, u.name)}
+                  onChanged={props.onChanged}
+                  notify={props.notify}
+                  after="Its tools leave every replica within seconds."
+                />
               </tr>
             );
           })}
         </tbody>
       </table>
     </div>
+  );
+}
+
+/** A row's last cells: where the entry comes from and, for a deployment
+ * admin, removing one registered through the API. */
+function SourceAndActions(props: {
+  entry: { name: string; source: UpstreamView["source"]; registered: UpstreamView["registered"] };
+  kind: "upstream" | "model";
+  deployment: boolean;
+  remove: () => Promise<unknown>;
+  onChanged: () => void;
+  notify: (notice: NoticeState) => void;
+  after: string;
+}) {
+  const { entry } = props;
+  return (
+    <>
+      <td data-col="source">
+        <SourceCell source={entry.source} registered={entry.registered} />
+      </td>
+      {props.deployment ? (
+        <td data-col="actions">
+          {entry.source === "api" ? (
+            <RemoveButton
+              kind={props.kind}
+              name={entry.name}
+              remove={async () => {
+                await props.remove();
+                props.onChanged();
+              }}
+              notify={props.notify}
+              after={props.after}
+            />
+          ) : null}
+        </td>
+      ) : null}
+    </>
   );
 }
 
@@ -301,25 +328,15 @@ function ModelTable(props: {
                 <td class="wrap" data-col="tenants">
                   <TenantList tenants={m.tenants} />
                 </td>
-                <td data-col="source">
-                  <SourceCell source={m.source} registered={m.registered} />
-                </td>
-                {deployment ? (
-                  <td data-col="actions">
-                    {m.source === "api" ? (
-                      <RemoveButton
-                        kind="model"
-                        name={m.name}
-                        remove={async () => {
-                          await federation.removeModel(props.token, m.name);
-                          props.onChanged();
-                        }}
-                        notify={props.notify}
-                        after="Branches can no longer run on it, on every replica within seconds."
-                      />
-                    ) : null}
-                  </td>
-                ) : null}
+                <SourceAndActions
+                  entry={m}
+                  kind="model"
+                  deployment={deployment}
+                  remove={() => federation.removeModel(props.token, m.name)}
+                  onChanged={props.onChanged}
+                  notify={props.notify}
+                  after="Branches can no longer run on it, on every replica within seconds."
+                />
               </tr>
             );
           })}
