@@ -81,7 +81,7 @@ them with. The shipped rules' `job="foldgate"` is replaced by these.
 {{- printf "job=%q, namespace=%q, service=%q" .Values.serviceMonitor.jobName .Release.Namespace (include "foldgate.opsName" .) }}
 {{- end }}
 
-{{/* A PromQL text with every `job="foldgate"` scoped to this release. */}}
+{{/* Rules (a list), as JSON, with every `job="foldgate"` in them scoped to this release. */}}
 {{- define "foldgate.scopeRules" -}}
 {{- $from := `job="foldgate"` | toJson | trimPrefix "\"" | trimSuffix "\"" }}
 {{- $to := include "foldgate.releaseMatchers" .context | toJson | trimPrefix "\"" | trimSuffix "\"" }}
