@@ -65,6 +65,30 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{/*
+Monitoring. The ServiceMonitor names the scrape job after this label of the
+ops Service (jobLabel), whose value is serviceMonitor.jobName.
+*/}}
+{{- define "foldgate.jobLabelKey" -}}
+foldgate.io/job
+{{- end }}
+
+{{/*
+PromQL matchers for this release's series as the ServiceMonitor scrapes
+them: its job, and the namespace and Service the Prometheus Operator labels
+them with. The shipped rules' `job="foldgate"` is replaced by these.
+*/}}
+{{- define "foldgate.releaseMatchers" -}}
+{{- printf "job=%q, namespace=%q, service=%q" .Values.serviceMonitor.jobName .Release.Namespace (include "foldgate.opsName" .) }}
+{{- end }}
+
+{{/* Rules (a list), as JSON, with every `job="foldgate"` in them scoped to this release. */}}
+{{- define "foldgate.scopeRules" -}}
+{{- $from := `job="foldgate"` | toJson | trimPrefix "\"" | trimSuffix "\"" }}
+{{- $to := include "foldgate.releaseMatchers" .context | toJson | trimPrefix "\"" | trimSuffix "\"" }}
+{{- toJson .rules | replace $from $to }}
+{{- end }}
+
+{{/*
 Image
 */}}
 {{- define "foldgate.imageTag" -}}

@@ -14,7 +14,8 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
     fn panels(list: &Value, out: &mut Vec<String>) {
         for panel in list.as_array().into_iter().flatten() {
             for target in panel["targets"].as_array().into_iter().flatten() {
-                assert_eq!(target["datasource"]["uid"], "prometheus", "{}", panel["title"]);
+                // The data source is the dashboard's variable, never a fixed uid.
+                assert_eq!(target["datasource"]["uid"], "${datasource}", "{}", panel["title"]);
                 out.push(target["expr"].as_str().expect("every target has an expr").to_owned());
             }
             panels(&panel["panels"], out);
@@ -302,10 +303,11 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
             }
         }
         // Selectors match on labels the metric has (Prometheus adds
-        // `instance` and `job` to every series it scrapes).
+        // `instance` and `job` to every series it scrapes, and the
+        // Prometheus Operator `namespace` and `service`).
         for (name, label) in selector_labels(query) {
             if PROMETHEUS_SERIES.contains(&name.as_str())
-                || ["instance", "job"].contains(&label.as_str())
+                || ["instance", "job", "namespace", "service"].contains(&label.as_str())
                 || FAILURE_ONLY_LABELS.contains(&(name.as_str(), label.as_str()))
             {
                 continue;
