@@ -2,9 +2,13 @@
 """Federation through foldgate, driven by the official Python MCP SDK: a FastMCP upstream
 (`fastmcp_upstream.py`, declared as upstream "docs") is reached as `docs__<tool>`, its calls
 inside a branch are metered against the branch, and a fold over five pages returns a short
-summary with the compression foldgate reports.
+summary with the compression foldgate reports. With `--admin-token`, the same server is also
+registered through the admin API as "docs-team" while the gateway runs: the SDK client sees its
+tools appear, calls one inside a branch whose budget cuts the result, and once the registration is
+removed sees them go and a call of one refused.
 
 Usage: federation_client.py --url http://127.0.0.1:8080/mcp --token JWT --direct URL
+  [--admin-token JWT]
 (`--direct` is the upstream's own URL, to compare results.) Prints `N passed, N failed` last.
 """
 
@@ -86,15 +90,74 @@ async def run(url: str, token: str, direct_url: str, checks: Checks) -> None:
                 checks.check("arguments the schema refuses are refused (HTTP 400, -32602)", "slug" in str(e), e)
 
 
+async def tool_names(client: Client) -> set[str]:
+    return {t.name for t in (await client.list_tools()).tools}
+
+
+async def until(client: Client, present: bool, name: str) -> set[str]:
+    """tools/list until `name` is (or is no longer) in it, for up to 15 s."""
+    names: set[str] = set()
+    for _ in range(75):
+        names = await tool_names(client)
+        if (name in names) == present:
+            break
+        await asyncio.sleep(0.2)
+    return names
+
+
+async def registered(url: str, token: str, admin_token: str, direct_url: str, checks: Checks) -> None:
+    admin = url.removesuffix("/mcp") + "/admin/v1"
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    declared = {"name": "docs-team", "url": direct_url, "tenants": ["federation"], "refresh_seconds": 1}
+    async with create_mcp_http_client(headers=headers) as http:
+        added = await http.post(f"{admin}/upstreams", json=declared)
+        checks.check("the admin API registers the upstream (201, source api)",
+                     added.status_code == 201 and added.json().get("source") == "api", added.text)
+        agent_http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with agent_http:
+            async with Client(streamable_http_client(url, http_client=agent_http), mode="auto") as client:
+                names = await until(client, True, "docs-team__get_page")
+                checks.check("its tools appear in tools/list without a restart",
+                             {"docs-team__get_page", "docs-team__search"} <= names, sorted(names))
+                session = f"fed-reg-{uuid.uuid4().hex[:10]}"
+                created = structured(await client.call_tool(
+                    "branch_create", {"session_id": session, "description": "skim one page", "budget": 400}))
+                result = await client.call_tool(
+                    "docs-team__get_page", {"slug": "retries", "paragraphs": 40},
+                    meta={"foldgate/branch_id": created["branch_id"]})
+                report = metering(result)
+                checks.check("a registered upstream's call is metered against the branch and cut at its budget",
+                             report.get("branch_id") == created["branch_id"] and report.get("truncated") is True
+                             and "truncated at the branch's token budget" in texts(result), report)
+                await client.call_tool("session_end", {"session_id": session})
+
+                removed = await http.delete(f"{admin}/upstreams/docs-team")
+                checks.check("the admin API removes it (204)", removed.status_code == 204, removed.text)
+                names = await until(client, False, "docs-team__get_page")
+                checks.check("its tools leave tools/list, the configured upstream's stay",
+                             "docs-team__get_page" not in names and "docs__get_page" in names, sorted(names))
+                try:
+                    gone = await client.call_tool("docs-team__get_page", {"slug": "retries"})
+                    checks.check("a removed upstream's tool is refused", gone.is_error is True, gone)
+                except Exception as e:  # noqa: BLE001 - the SDK raises on a JSON-RPC error
+                    checks.check("a removed upstream's tool is refused (JSON-RPC error)", "docs-team" in str(e), e)
+        audit = (await http.get(f"{admin}/audit")).json()
+        actions = [entry["action"] for entry in audit.get("entries", [])][:2]
+        checks.check("both changes are in the audit log", actions == ["upstream.remove", "upstream.register"], actions)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--direct", required=True)
+    parser.add_argument("--admin-token")
     args = parser.parse_args()
     checks = Checks()
     try:
         await run(args.url, args.token, args.direct, checks)
+        if args.admin_token:
+            await registered(args.url, args.token, args.admin_token, args.direct, checks)
     except Exception:  # noqa: BLE001 - any failure is a failed check, with its traceback
         traceback.print_exc()
         checks.check("federation run completed", False, "exception")

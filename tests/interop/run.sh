@@ -9,7 +9,8 @@
 #   3. the official MCP conformance suite (npm @modelcontextprotocol/conformance) runs every
 #      server scenario not in tests/interop/conformance-baseline.txt, for spec versions
 #      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback;
-#   4. federation: a FastMCP upstream (the Python SDK's MCPServer) declared in a config file is
+#   4. federation: a FastMCP upstream (the Python SDK's MCPServer) declared in a config file (and
+#      the same server registered and removed through the admin API) is
 #      listed, called, metered and folded through foldgate by the Python SDK client.
 #   5. the history-folding helper (integrations/python/foldgate_fold.py): a scripted agent loop
 #      over the same gateway and upstream opens nested branches, calls the upstream inside them
@@ -234,9 +235,12 @@ FED_PID=$!
 if wait_for_line "$FED_DIR" "$FED_PID" '^foldgate is serving MCP at ' 60; then
   FED_TOKEN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$FED_SECRET" FOLDGATE_LISTEN="127.0.0.1:$FED_PORT" \
     "$FOLDGATE" token --tenant federation --sub py-agent --ttl 30m)
+  FED_ADMIN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$FED_SECRET" FOLDGATE_LISTEN="127.0.0.1:$FED_PORT" \
+    "$FOLDGATE" token --tenant ops --sub operator --scope foldgate:admin --ttl 30m)
   if (cd "$INTEROP" && timeout 180 "$VENV/bin/python" federation_client.py \
-    --url "http://127.0.0.1:$FED_PORT/mcp" --token "$FED_TOKEN" --direct "http://127.0.0.1:$UP_PORT/mcp"); then
-    pass "federation: FastMCP upstream listed, called, metered and folded through foldgate"
+    --url "http://127.0.0.1:$FED_PORT/mcp" --token "$FED_TOKEN" --direct "http://127.0.0.1:$UP_PORT/mcp" \
+    --admin-token "$FED_ADMIN"); then
+    pass "federation: FastMCP upstream listed, called, metered and folded through foldgate; registered and removed through the admin API"
   else
     fail "federation: FastMCP upstream through foldgate"
     tail -n 20 "$FED_DIR/upstream.log" || true

@@ -453,9 +453,10 @@ impl Upstreams {
         env: impl Fn(&str) -> Option<String>,
     ) -> Vec<(String, String)> {
         let mut registered = lock(&self.registered);
+        let before = registered.len();
         registered.retain(|name, _| wanted.iter().any(|w| &w.name == name));
+        let mut changed = registered.len() != before;
         let mut errors = Vec::new();
-        let mut changed = false;
         for config in wanted {
             if registered.get(&config.name).is_some_and(|r| &r.config == config) {
                 continue;
@@ -475,15 +476,13 @@ impl Upstreams {
             registered.insert(config.name.clone(), Registered { config: config.clone(), built });
             changed = true;
         }
-        let now: Vec<Arc<Upstream>> = self
-            .configured
-            .iter()
-            .cloned()
-            .chain(
-                registered.values().filter_map(|r| r.built.as_ref().ok()).map(|(u, _)| u.clone()),
-            )
-            .collect();
-        if changed || now.len() != self.snapshot().len() {
+        if changed {
+            let now: Vec<Arc<Upstream>> = self
+                .configured
+                .iter()
+                .chain(registered.values().filter_map(|r| r.built.as_ref().ok().map(|(u, _)| u)))
+                .cloned()
+                .collect();
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(now);
         }
         errors
