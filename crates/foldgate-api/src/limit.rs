@@ -126,15 +126,18 @@ pub(crate) fn layer(
 }
 
 /// The same limiter as `layer`'s, answering its refusals with `answer`
-/// (given the seconds to wait), each counted in `rejections`.
+/// (given the seconds to wait), each counted in `rejections`, whose series
+/// starts at zero.
 pub(crate) fn answering(
     layer: Limit,
     rejections: Counter<u64>,
     answer: fn(u64) -> Response<Body>,
 ) -> Limit {
+    let reason = [KeyValue::new("reason", "request_rate")];
+    rejections.add(0, &reason);
     layer.error_handler(move |error| match error {
         GovernorError::TooManyRequests { wait_time, .. } => {
-            rejections.add(1, &[KeyValue::new("reason", "request_rate")]);
+            rejections.add(1, &reason);
             answer(wait_time.max(1))
         }
         // Every request reaching the limiter was authenticated.

@@ -11,7 +11,11 @@ use http::StatusCode;
 /// it never contains the token or internal details. The cause of
 /// [`Unavailable`](AuthError::Unavailable) is kept as the error's `source`,
 /// for the server's logs only.
-#[derive(Debug, thiserror::Error)]
+///
+/// [`AuthErrorKind`] is the variant alone; its `VARIANTS` lists every
+/// kind, so that the rejection counter can start each at zero.
+#[derive(Debug, thiserror::Error, strum::EnumDiscriminants)]
+#[strum_discriminants(name(AuthErrorKind), derive(strum::VariantArray))]
 pub enum AuthError {
     #[error("authentication required: send `Authorization: Bearer <token>`")]
     MissingToken,
@@ -77,9 +81,16 @@ impl AuthError {
 
     /// A short, stable label for logs and metrics.
     pub fn kind(&self) -> &'static str {
+        AuthErrorKind::from(self).as_str()
+    }
+}
+
+impl AuthErrorKind {
+    /// The label of [`AuthError::kind`].
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::MissingToken => "missing_token",
-            Self::Malformed(_) => "malformed",
+            Self::Malformed => "malformed",
             Self::BadSignature => "bad_signature",
             Self::Expired => "expired",
             Self::NotYetValid => "not_yet_valid",
@@ -87,8 +98,8 @@ impl AuthError {
             Self::WrongAudience => "wrong_audience",
             Self::UnsupportedAlgorithm => "unsupported_algorithm",
             Self::UnknownKey => "unknown_key",
-            Self::BadClaims(_) => "bad_claims",
-            Self::Unavailable { .. } => "key_source_unavailable",
+            Self::BadClaims => "bad_claims",
+            Self::Unavailable => "key_source_unavailable",
         }
     }
 }

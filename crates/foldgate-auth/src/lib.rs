@@ -31,7 +31,7 @@ pub use self::keys::check_key_source;
 use self::{cache::TokenCache, claims::ClaimRules, keys::KeySource};
 pub use self::{
     config::{AuthConfig, MIN_SECRET_BYTES, Secret},
-    error::{AuthError, AuthSetupError, KeySourceError, MintError},
+    error::{AuthError, AuthErrorKind, AuthSetupError, KeySourceError, MintError},
     metadata::{ProtectedResourceMetadata, resource_metadata_url},
     middleware::{
         AuthMode, AuthState, JSONRPC_FORBIDDEN, JSONRPC_UNAUTHORIZED, JSONRPC_UNAVAILABLE,

@@ -19,7 +19,7 @@ use opentelemetry::{
 };
 use serde_json::json;
 
-use super::{AuthError, Authenticated, Authenticator};
+use super::{AuthError, AuthErrorKind, Authenticated, Authenticator};
 
 /// JSON-RPC error code of a 401 answer.
 pub const JSONRPC_UNAUTHORIZED: i64 = -32001;
@@ -62,8 +62,12 @@ impl AuthState {
         }
     }
 
-    /// Counts refused requests in `rejections` (`reason` attribute).
+    /// Counts refused requests in `rejections` (`reason` attribute), whose
+    /// series start at zero for every reason.
     pub fn with_rejections(mut self, rejections: Counter<u64>) -> Self {
+        for kind in <AuthErrorKind as strum::VariantArray>::VARIANTS {
+            rejections.add(0, &[rejection_reason(kind.as_str())]);
+        }
         self.rejections = rejections;
         self
     }
@@ -110,10 +114,15 @@ impl AuthState {
         };
         if let Err(error) = &outcome {
             tracing::debug!(reason = error.kind(), "request not authenticated");
-            self.rejections.add(1, &[KeyValue::new("reason", error.kind())]);
+            self.rejections.add(1, &[rejection_reason(error.kind())]);
         }
         outcome
     }
+}
+
+/// The attribute of a counted rejection.
+fn rejection_reason(kind: &'static str) -> KeyValue {
+    KeyValue::new("reason", kind)
 }
 
 /// The bearer token of a request (RFC 6750 §2.1; the scheme is

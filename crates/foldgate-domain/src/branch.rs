@@ -77,8 +77,9 @@ impl FromStr for BranchStatus {
     }
 }
 
-/// Why a branch ended other than by a successful return.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Why a branch ended other than by a successful return. `VARIANTS`
+/// lists every reason (metrics start a series for each at zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum EndReason {
     /// The agent returned with `outcome = "failure"`.
     ReportedFailure,
@@ -246,14 +247,7 @@ mod tests {
         for s in ALL {
             assert_eq!(s.as_str().parse::<BranchStatus>().unwrap(), s);
         }
-        for r in [
-            EndReason::ReportedFailure,
-            EndReason::DeadlineExceeded,
-            EndReason::BudgetExhausted,
-            EndReason::ParentReturning,
-            EndReason::SessionEnded,
-            EndReason::EndedByOperator,
-        ] {
+        for &r in <EndReason as strum::VariantArray>::VARIANTS {
             assert_eq!(r.as_str().parse::<EndReason>().unwrap(), r);
             assert!(r.status().is_terminal());
         }

@@ -35,6 +35,10 @@ pub use memory::{
 };
 pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
+/// `VARIANTS`: every variant of the closed sets that label metrics
+/// ([`EndReason`], [`LimitKind`], and the refusal and rejection kinds of the
+/// store and authentication), so that their series can start at zero.
+pub use strum::VariantArray;
 pub use tenant::TenantSettings;
 pub use text::{Description, Message, Prompt, strip_control};
 pub use timeout::{TimeoutPolicy, TimeoutRequest};

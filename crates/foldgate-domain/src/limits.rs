@@ -43,8 +43,8 @@ impl Limits {
     }
 }
 
-/// Which limit refused a create.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which limit refused a create. `VARIANTS` lists every limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum LimitKind {
     SessionActive,
     TenantActive,

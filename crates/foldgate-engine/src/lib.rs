@@ -30,7 +30,7 @@ pub use memory::{
     MemoryBank, MemoryConfig, MemoryEmbedding, MemoryExtract, MemoryMetrics, MemoryRetention,
     MemoryUses, RRF_K, RecordMemory, Screen, ScreenSetupError, reciprocal_rank_fusion,
 };
-pub use metrics::{EngineMetrics, StoreGauges};
+pub use metrics::{EngineMetrics, StoreGauges, TenantSeries};
 pub use retention::{Pruned, RetentionConfig};
 pub use scrub::{
     INLINE_TEXT_BYTES, ScrubFailure, Scrubbed, ScrubbedValue, Scrubber, default_scrubber,

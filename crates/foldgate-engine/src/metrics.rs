@@ -6,15 +6,26 @@
 //! number is bounded by the deployment; a deployment that mints tenants
 //! freely (one per end user, say) multiplies every series by their number
 //! and should drop the attribute in its collector.
+//!
+//! The counters a dashboard charts and alerts divide start at zero, so that
+//! a quiet deployment reports zeros rather than nothing: each tenant's as
+//! soon as the process knows the tenant ([`TenantSeries`]: it read it from
+//! the database, or the tenant created a branch or had one refused), with
+//! every value of their closed labels (statuses, end reasons, refusal
+//! reasons), and the redaction count of every scrubbing rule. Histograms
+//! appear with their first observation.
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    collections::{BTreeSet, HashMap, HashSet},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     time::Duration,
 };
 
 use foldgate_background::{Activation, BackgroundTask, BoxFuture};
-use foldgate_domain::{Branch, BranchStatus, EndReason, TenantId, Tokens};
-use foldgate_store::Store;
+use foldgate_domain::{
+    Branch, BranchStatus, EndReason, LimitKind, TenantId, Tokens, VariantArray as _,
+};
+use foldgate_store::{CreateRefusal, CreateRefusalKind, Store};
 use opentelemetry::{
     KeyValue,
     metrics::{Counter, Histogram, Meter, MeterProvider, noop::NoopMeterProvider},
@@ -38,6 +49,8 @@ const LAG_BUCKETS: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 /// Instruments the engine records into.
 #[derive(Debug, Clone)]
 pub struct EngineMetrics {
+    /// The tenants whose series exist (at zero or more).
+    tenants: Arc<TenantSeries>,
     /// `foldgate.secrets.redacted{rule}`: values redacted from returned
     /// messages, by the rule that found them.
     secrets_redacted: Counter<u64>,
@@ -77,7 +90,8 @@ pub struct EngineMetrics {
 impl EngineMetrics {
     pub fn new(meter: &Meter) -> Self {
         let branches = "{branch}";
-        Self {
+        let metrics = Self {
+            tenants: Arc::default(),
             secrets_redacted: meter
                 .u64_counter("foldgate.secrets.redacted")
                 .with_description("Secret values redacted from branch results, by rule")
@@ -143,7 +157,16 @@ impl EngineMetrics {
                 .with_unit("s")
                 .with_boundaries(LAG_BUCKETS.to_vec())
                 .build(),
-        }
+        };
+        let counters = TenantCounters {
+            created: metrics.created.clone(),
+            refused: metrics.refused.clone(),
+            completed: metrics.completed.clone(),
+            forced_returns: metrics.forced_returns.clone(),
+            tokens_consumed: metrics.tokens_consumed.clone(),
+        };
+        metrics.tenants.on_new_tenant(move |who| counters.start(who));
+        metrics
     }
 
     /// Instruments that record nothing.
@@ -151,44 +174,56 @@ impl EngineMetrics {
         Self::new(&NoopMeterProvider::new().meter("foldgate"))
     }
 
-    pub(crate) fn redacted(&self, by_rule: &[(String, u64)]) {
-        for (rule, count) in by_rule {
-            self.secrets_redacted.add(*count, &[KeyValue::new("rule", rule.clone())]);
+    /// The tenants whose series exist: what else keeps per-tenant series
+    /// adds itself here ([`TenantSeries::on_new_tenant`]).
+    pub fn tenants(&self) -> &Arc<TenantSeries> {
+        &self.tenants
+    }
+
+    /// Starts the redaction count of each of `rules` at zero.
+    pub(crate) fn start_rules(&self, rules: &[String]) {
+        for rule in rules {
+            self.secrets_redacted.add(0, &[rule_label(rule)]);
         }
     }
 
+    pub(crate) fn redacted(&self, by_rule: &[(String, u64)]) {
+        for (rule, count) in by_rule {
+            self.secrets_redacted.add(*count, &[rule_label(rule)]);
+        }
+    }
+
+    /// The tenant's attribute, its series started if it is new here.
+    fn tenant(&self, who: &TenantId) -> KeyValue {
+        self.tenants.saw(who);
+        tenant(who)
+    }
+
     pub(crate) fn created(&self, branch: &Branch) {
-        let tenant = tenant(&branch.tenant);
+        let tenant = self.tenant(&branch.tenant);
         self.created.add(1, std::slice::from_ref(&tenant));
         // The prompt, charged at creation.
         self.tokens_consumed.add(branch.ledger.used, &[tenant]);
     }
 
-    pub(crate) fn refused(&self, who: &TenantId, error: &FoldError) {
-        let reason = match error {
-            FoldError::RateLimited { limit, .. } => limit.as_str(),
-            other => other.code().as_str(),
-        };
-        self.refused.add(1, &[tenant(who), KeyValue::new("reason", reason)]);
+    pub(crate) fn refused(&self, who: &TenantId, refusal: CreateRefusal) {
+        self.refused.add(1, &refused_labels(self.tenant(who), refusal_reason(refusal)));
     }
 
     pub(crate) fn consumed(&self, who: &TenantId, tokens: Tokens) {
         if tokens > 0 {
-            self.tokens_consumed.add(tokens, &[tenant(who)]);
+            self.tokens_consumed.add(tokens, &[self.tenant(who)]);
         }
     }
 
     /// A branch that ended (by the agent or by the gateway).
     pub(crate) fn ended(&self, branch: &Branch) {
-        let status = KeyValue::new("status", branch.status.as_str());
-        let reason = branch.reason.map_or("returned", EndReason::as_str);
-        self.completed
-            .add(1, &[tenant(&branch.tenant), status.clone(), KeyValue::new("reason", reason)]);
-        if let Some(reason) = branch.reason.filter(|r| *r != EndReason::ReportedFailure) {
-            self.forced_returns
-                .add(1, &[tenant(&branch.tenant), KeyValue::new("reason", reason.as_str())]);
+        let who = self.tenant(&branch.tenant);
+        self.completed.add(1, &completed_labels(who.clone(), branch.status, branch.reason));
+        if let Some(reason) = branch.reason.filter(|r| is_forced(*r)) {
+            self.forced_returns.add(1, &forced_labels(who.clone(), reason));
         }
-        let attributes = [tenant(&branch.tenant), status];
+        let attributes = [who, KeyValue::new("status", branch.status.as_str())];
         if let Some(completed_at) = branch.completed_at {
             let lived = (completed_at - branch.created_at).to_std().unwrap_or_default();
             self.duration.record(lived.as_secs_f64(), &attributes);
@@ -202,12 +237,10 @@ impl EngineMetrics {
     /// Branches of a session failed all at once (`session_ended`), whose
     /// rows were not read back: counted, without durations.
     pub(crate) fn bulk_failed(&self, who: &TenantId, count: u64) {
-        let reason = KeyValue::new("reason", EndReason::SessionEnded.as_str());
-        self.completed.add(
-            count,
-            &[tenant(who), KeyValue::new("status", BranchStatus::Failed.as_str()), reason.clone()],
-        );
-        self.forced_returns.add(count, &[tenant(who), reason]);
+        let who = self.tenant(who);
+        let reason = EndReason::SessionEnded;
+        self.completed.add(count, &completed_labels(who.clone(), reason.status(), Some(reason)));
+        self.forced_returns.add(count, &forced_labels(who, reason));
     }
 
     /// A return: the message handed to the parent (`charged` of it was
@@ -219,7 +252,7 @@ impl EngineMetrics {
         self.tokens_returned.add(
             message_tokens,
             &[
-                tenant(&branch.tenant),
+                self.tenant(&branch.tenant),
                 KeyValue::new("kind", branch.kind.as_str()),
                 KeyValue::new("to", to),
             ],
@@ -227,7 +260,7 @@ impl EngineMetrics {
         if branch.ledger.used > 0 {
             let returned = message_tokens.min(branch.ledger.used);
             let compression = 1.0 - fraction(returned, branch.ledger.used);
-            self.compression.record(compression.max(0.0), &[tenant(&branch.tenant)]);
+            self.compression.record(compression.max(0.0), &[self.tenant(&branch.tenant)]);
         }
     }
 
@@ -238,6 +271,177 @@ impl EngineMetrics {
 
 fn tenant(tenant: &TenantId) -> KeyValue {
     KeyValue::new("tenant", tenant.to_string())
+}
+
+fn rule_label(rule: &str) -> KeyValue {
+    KeyValue::new("rule", rule.to_owned())
+}
+
+/// `foldgate.branches.completed`'s attributes: a branch the agent returned
+/// successfully has no reason (`returned`).
+fn completed_labels(
+    who: KeyValue,
+    status: BranchStatus,
+    reason: Option<EndReason>,
+) -> [KeyValue; 3] {
+    [
+        who,
+        KeyValue::new("status", status.as_str()),
+        KeyValue::new("reason", reason.map_or("returned", EndReason::as_str)),
+    ]
+}
+
+/// Whether a branch ending for `reason` was ended by the gateway (rather
+/// than returned by the agent, with a failure).
+fn is_forced(reason: EndReason) -> bool {
+    reason != EndReason::ReportedFailure
+}
+
+fn forced_labels(who: KeyValue, reason: EndReason) -> [KeyValue; 2] {
+    [who, KeyValue::new("reason", reason.as_str())]
+}
+
+/// A refusal's `reason`: the limit that was hit, or the error code the
+/// client gets.
+fn refusal_reason(refusal: CreateRefusal) -> &'static str {
+    match refusal {
+        CreateRefusal::Limited { limit, .. } => limit.as_str(),
+        other => FoldError::from(other).code().as_str(),
+    }
+}
+
+fn refused_labels(who: KeyValue, reason: &'static str) -> [KeyValue; 2] {
+    [who, KeyValue::new("reason", reason)]
+}
+
+/// Every `reason` a refusal can have: one refusal of each kind (of each
+/// limit), through [`refusal_reason`]. The values inside a refusal do not
+/// change its reason.
+fn every_refusal_reason() -> BTreeSet<&'static str> {
+    let mut reasons = BTreeSet::new();
+    for kind in CreateRefusalKind::VARIANTS {
+        let refusal = match kind {
+            CreateRefusalKind::SessionNotFound => CreateRefusal::SessionNotFound,
+            CreateRefusalKind::ParentNotFound => CreateRefusal::ParentNotFound,
+            CreateRefusalKind::ParentIsGatewayRun => CreateRefusal::ParentIsGatewayRun,
+            CreateRefusalKind::ParentNotActive => {
+                CreateRefusal::ParentNotActive { status: BranchStatus::Completed }
+            }
+            CreateRefusalKind::MaxDepthExceeded => CreateRefusal::MaxDepthExceeded { max_depth: 0 },
+            CreateRefusalKind::BudgetExhausted => CreateRefusal::BudgetExhausted { available: 0 },
+            CreateRefusalKind::PromptOverBudget => {
+                CreateRefusal::PromptOverBudget { prompt_tokens: 0, budget: 0 }
+            }
+            CreateRefusalKind::Limited => {
+                for &limit in LimitKind::VARIANTS {
+                    let limited = CreateRefusal::Limited { limit, retry_after: Duration::ZERO };
+                    reasons.insert(refusal_reason(limited));
+                }
+                continue;
+            }
+        };
+        reasons.insert(refusal_reason(refusal));
+    }
+    reasons
+}
+
+/// The per-tenant counters, for starting a tenant's series.
+#[derive(Debug)]
+struct TenantCounters {
+    created: Counter<u64>,
+    refused: Counter<u64>,
+    completed: Counter<u64>,
+    forced_returns: Counter<u64>,
+    tokens_consumed: Counter<u64>,
+}
+
+impl TenantCounters {
+    /// Adds zero to each series the tenant's events add to: every way a
+    /// branch ends (with its status), every forced return, every refusal.
+    fn start(&self, who: &TenantId) {
+        let who = tenant(who);
+        self.created.add(0, std::slice::from_ref(&who));
+        self.tokens_consumed.add(0, std::slice::from_ref(&who));
+        self.completed.add(0, &completed_labels(who.clone(), BranchStatus::Completed, None));
+        for &reason in EndReason::VARIANTS {
+            self.completed.add(0, &completed_labels(who.clone(), reason.status(), Some(reason)));
+            if is_forced(reason) {
+                self.forced_returns.add(0, &forced_labels(who.clone(), reason));
+            }
+        }
+        for reason in every_refusal_reason() {
+            self.refused.add(0, &refused_labels(who.clone(), reason));
+        }
+    }
+}
+
+/// A function that starts one tenant's series.
+type Starter = Arc<dyn Fn(&TenantId) + Send + Sync>;
+
+/// The tenants this process keeps series for, and what starts a tenant's
+/// series at zero the first time it is seen: the engine's counters, and
+/// whatever else adds itself (the upstreams' token counts). Tenants are
+/// seen when the database is read for the active-branch gauge (every tenant
+/// that ever had a branch) and when the engine records anything for one.
+/// A tenant stays known for the life of the process.
+#[derive(Default)]
+pub struct TenantSeries {
+    known: RwLock<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    tenants: HashSet<TenantId>,
+    starters: Vec<Starter>,
+}
+
+impl std::fmt::Debug for TenantSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("TenantSeries")
+            .field("tenants", &known.tenants.len())
+            .field("starters", &known.starters.len())
+            .finish()
+    }
+}
+
+impl TenantSeries {
+    /// Runs `start` for every tenant known now and for each one seen later
+    /// (once per tenant). It runs outside any lock of this registry.
+    pub fn on_new_tenant(&self, start: impl Fn(&TenantId) + Send + Sync + 'static) {
+        let start: Starter = Arc::new(start);
+        let tenants: Vec<TenantId> = {
+            let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
+            known.starters.push(Arc::clone(&start));
+            known.tenants.iter().cloned().collect()
+        };
+        for who in &tenants {
+            start(who);
+        }
+    }
+
+    /// Notes that `who` has series; the first time, starts them.
+    pub fn saw(&self, who: &TenantId) {
+        if self.known.read().unwrap_or_else(PoisonError::into_inner).tenants.contains(who) {
+            return;
+        }
+        let starters = {
+            let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
+            if !known.tenants.insert(who.clone()) {
+                return;
+            }
+            known.starters.clone()
+        };
+        for start in &starters {
+            start(who);
+        }
+    }
+
+    /// Every tenant seen so far.
+    pub fn tenants(&self) -> Vec<TenantId> {
+        let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
+        known.tenants.iter().cloned().collect()
+    }
 }
 
 #[expect(clippy::cast_precision_loss, reason = "token counts are far below 2^52")]
@@ -251,24 +455,29 @@ fn fraction(part: Tokens, whole: Tokens) -> f64 {
 ///
 /// `foldgate.branches.active{tenant}` is the deployment-wide count every
 /// replica reads from the database: aggregate replicas with `max`, not
-/// `sum`. `foldgate.db.pool.connections{state}` and
+/// `sum`. Every tenant of `tenants` has a value: one the last reading did
+/// not include (first seen since, by this process) reports 0, as it had no
+/// branch then. `foldgate.db.pool.connections{state}` and
 /// `foldgate.db.pool.connections.max` are per process.
 ///
 /// The refresh is a task of the background driver (`store_gauges`), run
-/// every `telemetry.store_poll_interval`.
+/// every `telemetry.store_poll_interval`. Each reading also makes every
+/// tenant it names known to `tenants`, whose series then start at zero.
 #[derive(Debug)]
 pub struct StoreGauges {
     store: Arc<dyn Store>,
-    active: Arc<Mutex<Vec<(TenantId, u64)>>>,
+    tenants: Arc<TenantSeries>,
+    active: Arc<Mutex<HashMap<TenantId, u64>>>,
 }
 
 impl StoreGauges {
     /// Registers the gauges on `meter`; the active branch counts are read
     /// at each activation.
-    pub fn new(meter: &Meter, store: Arc<dyn Store>) -> Self {
-        let active: Arc<Mutex<Vec<(TenantId, u64)>>> = Arc::default();
+    pub fn new(meter: &Meter, store: Arc<dyn Store>, tenants: Arc<TenantSeries>) -> Self {
+        let active: Arc<Mutex<HashMap<TenantId, u64>>> = Arc::default();
         {
             let active = Arc::clone(&active);
+            let tenants = Arc::clone(&tenants);
             meter
                 .u64_observable_gauge("foldgate.branches.active")
                 .with_description(
@@ -276,9 +485,10 @@ impl StoreGauges {
                 )
                 .with_unit("{branch}")
                 .with_callback(move |observer| {
+                    let known = tenants.tenants();
                     let active = active.lock().unwrap_or_else(PoisonError::into_inner);
-                    for (who, count) in active.iter() {
-                        observer.observe(*count, &[tenant(who)]);
+                    for who in &known {
+                        observer.observe(active.get(who).copied().unwrap_or(0), &[tenant(who)]);
                     }
                 })
                 .build();
@@ -308,7 +518,7 @@ impl StoreGauges {
                 })
                 .build();
         }
-        Self { store, active }
+        Self { store, tenants, active }
     }
 
     /// Reads the active branch counts. On failure the last reading stays;
@@ -318,7 +528,11 @@ impl StoreGauges {
         match self.store.active_branches().await {
             Ok(counts) => {
                 let status = json!({"tenants": counts.len()});
-                *self.active.lock().unwrap_or_else(PoisonError::into_inner) = counts;
+                for (who, _) in &counts {
+                    self.tenants.saw(who);
+                }
+                *self.active.lock().unwrap_or_else(PoisonError::into_inner) =
+                    counts.into_iter().collect();
                 Activation::ok(status)
             }
             Err(e) => {
@@ -332,5 +546,62 @@ impl StoreGauges {
 impl BackgroundTask for StoreGauges {
     fn activate(&mut self) -> BoxFuture<'_, Activation> {
         Box::pin(self.refresh())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn tenant_id(name: &str) -> TenantId {
+        TenantId::parse(name).unwrap()
+    }
+
+    #[test]
+    fn each_starter_runs_once_for_each_tenant_whenever_either_came() {
+        let series = TenantSeries::default();
+        let started: Arc<Mutex<Vec<(&str, String)>>> = Arc::default();
+        let starter = |label: &'static str| {
+            let started = Arc::clone(&started);
+            move |who: &TenantId| started.lock().unwrap().push((label, who.to_string()))
+        };
+        series.saw(&tenant_id("acme"));
+        series.on_new_tenant(starter("first"));
+        series.saw(&tenant_id("globex"));
+        series.saw(&tenant_id("acme"));
+        series.on_new_tenant(starter("second"));
+        series.saw(&tenant_id("globex"));
+
+        let mut started = started.lock().unwrap().clone();
+        started.sort();
+        let expected =
+            [("first", "acme"), ("first", "globex"), ("second", "acme"), ("second", "globex")]
+                .map(|(l, t)| (l, t.to_owned()));
+        assert_eq!(started, expected);
+        let mut tenants = series.tenants();
+        tenants.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        assert_eq!(tenants, [tenant_id("acme"), tenant_id("globex")]);
+    }
+
+    #[test]
+    fn refusal_reasons_are_the_error_codes_and_the_limits() {
+        let reasons: Vec<&str> = every_refusal_reason().into_iter().collect();
+        assert_eq!(
+            reasons,
+            [
+                "branch_not_active",
+                "branch_not_found",
+                "budget_exhausted",
+                "deployment_active_branches",
+                "gateway_run_branch",
+                "max_depth_exceeded",
+                "session_active_branches",
+                "session_creation_rate",
+                "session_not_found",
+                "tenant_active_branches",
+            ]
+        );
     }
 }

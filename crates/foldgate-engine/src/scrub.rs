@@ -43,6 +43,12 @@ pub trait Scrubber: Send + Sync + Debug {
     /// Removes secrets from every string of a JSON value (an upstream tool
     /// result), keeping its shape.
     fn scrub_json(&self, value: &serde_json::Value) -> Result<ScrubbedValue, ScrubFailure>;
+
+    /// The id of every rule, as `by_rule` names them: the redaction count
+    /// of each starts at zero. None by default.
+    fn rules(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 fn counts(report: &foldgate_scrub::Report) -> (u64, Vec<(String, u64)>) {
@@ -66,6 +72,10 @@ impl Scrubber for RuleSet {
         let scrubbed = RuleSet::scrub_json(self, value).map_err(|e| ScrubFailure(e.to_string()))?;
         let (redactions, by_rule) = counts(&scrubbed.report);
         Ok(ScrubbedValue { value: scrubbed.value, redactions, by_rule })
+    }
+
+    fn rules(&self) -> Vec<String> {
+        self.rule_ids().map(str::to_owned).collect()
     }
 }
 

@@ -57,8 +57,8 @@ pub use postgres::{PgStore, Postgres};
 pub use prune::{Prune, PrunedTrees};
 pub use registrations::{Registration, RegistrationKind, Registrations};
 pub use requests::{
-    BatchFinish, CreateRefusal, CreateRules, DueBranch, Finish, Finished, IdleSession, NewBranch,
-    ParentChoice, TreeEnd,
+    BatchFinish, CreateRefusal, CreateRefusalKind, CreateRules, DueBranch, Finish, Finished,
+    IdleSession, NewBranch, ParentChoice, TreeEnd,
 };
 pub(crate) use requests::{CLEANUP_ROUNDS, due_branch, idle_session, retry_after};
 pub use runs::{

@@ -58,7 +58,11 @@ pub struct NewBranch {
 }
 
 /// Why a create was refused. Nothing was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// [`CreateRefusalKind`] is the variant alone; its `VARIANTS` lists every
+/// kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumDiscriminants)]
+#[strum_discriminants(name(CreateRefusalKind), derive(strum::VariantArray))]
 pub enum CreateRefusal {
     /// The session belongs to another subject of the tenant.
     SessionNotFound,

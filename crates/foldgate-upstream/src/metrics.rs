@@ -41,6 +41,9 @@ pub fn rpc_error_type(code: i64) -> String {
 ///   results as the agent received them (`out`), inside branches or not.
 /// - `foldgate.upstream.calls_outside_branches{tenant, upstream}`: upstream
 ///   calls that belonged to no branch, so were charged to no budget.
+///
+/// The two counters start at zero for each tenant the process knows and
+/// each upstream serving it ([`UpstreamMetrics::start_tenant`]).
 #[derive(Debug, Clone)]
 pub struct UpstreamMetrics {
     operation_duration: Histogram<f64>,
@@ -105,30 +108,41 @@ impl UpstreamMetrics {
 
     /// Counts the tokens the gateway metered for one upstream call.
     pub fn record_tokens(&self, tenant: &str, upstream: &str, tokens_in: u64, tokens_out: u64) {
-        for (direction, tokens) in [("in", tokens_in), ("out", tokens_out)] {
+        for (direction, tokens) in [(IN, tokens_in), (OUT, tokens_out)] {
             if tokens > 0 {
-                self.tokens.add(
-                    tokens,
-                    &[
-                        KeyValue::new("tenant", tenant.to_owned()),
-                        KeyValue::new("upstream", upstream.to_owned()),
-                        KeyValue::new("direction", direction),
-                    ],
-                );
+                self.tokens.add(tokens, &token_labels(tenant, upstream, direction));
             }
         }
     }
 
     /// Counts an upstream call that belonged to no branch.
     pub fn record_outside_branches(&self, tenant: &str, upstream: &str) {
-        self.outside_branches.add(
-            1,
-            &[
-                KeyValue::new("tenant", tenant.to_owned()),
-                KeyValue::new("upstream", upstream.to_owned()),
-            ],
-        );
+        self.outside_branches.add(1, &outside_labels(tenant, upstream));
     }
+
+    /// Starts the counts of `tenant`'s calls to `upstream` at zero.
+    pub fn start_tenant(&self, tenant: &str, upstream: &str) {
+        for direction in [IN, OUT] {
+            self.tokens.add(0, &token_labels(tenant, upstream, direction));
+        }
+        self.outside_branches.add(0, &outside_labels(tenant, upstream));
+    }
+}
+
+/// `direction` of the tokens of arguments and of results.
+const IN: &str = "in";
+const OUT: &str = "out";
+
+fn token_labels(tenant: &str, upstream: &str, direction: &'static str) -> [KeyValue; 3] {
+    [
+        KeyValue::new("tenant", tenant.to_owned()),
+        KeyValue::new("upstream", upstream.to_owned()),
+        KeyValue::new("direction", direction),
+    ]
+}
+
+fn outside_labels(tenant: &str, upstream: &str) -> [KeyValue; 2] {
+    [KeyValue::new("tenant", tenant.to_owned()), KeyValue::new("upstream", upstream.to_owned())]
 }
 
 fn client_attributes(method: &'static str, upstream: &str, error: Option<&str>) -> Vec<KeyValue> {

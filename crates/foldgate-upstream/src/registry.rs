@@ -19,8 +19,8 @@ use super::{
     config::expand_env,
     oauth::{Grant, TokenSource},
 };
-use foldgate_domain::Caller;
-use foldgate_engine::TenantRules;
+use foldgate_domain::{Caller, TenantId};
+use foldgate_engine::{TenantRules, TenantSeries};
 
 use crate::metrics::UpstreamMetrics;
 
@@ -115,6 +115,15 @@ impl Upstream {
     /// Whether the upstream answered its last listing or call.
     pub fn is_up(&self) -> bool {
         self.read().up
+    }
+
+    /// Starts the counts of `who`'s calls to this upstream at zero, if it
+    /// serves the tenant (its `tenants`; a tenant's own allow-list, which
+    /// changes at runtime, is not consulted).
+    fn start_series(&self, who: &TenantId) {
+        if self.config.serves_tenant(who.as_str()) {
+            self.metrics.start_tenant(who.as_str(), self.name());
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Listing> {
@@ -318,6 +327,9 @@ pub struct Upstreams {
     spawner: OnceLock<Spawner>,
     /// The tenants' own allow-lists, over the upstreams' `tenants`.
     rules: OnceLock<Arc<TenantRules>>,
+    /// The tenants whose series exist: an upstream registered later starts
+    /// its counts for them.
+    tenants: OnceLock<Arc<TenantSeries>>,
 }
 
 /// Builds upstreams' clients.
@@ -387,6 +399,7 @@ impl Default for Upstreams {
             builder: Builder { http: reqwest::Client::new(), metrics: UpstreamMetrics::noop() },
             spawner: OnceLock::new(),
             rules: OnceLock::new(),
+            tenants: OnceLock::new(),
         }
     }
 }
@@ -457,6 +470,7 @@ impl Upstreams {
         registered.retain(|name, _| wanted.iter().any(|w| &w.name == name));
         let mut changed = registered.len() != before;
         let mut errors = Vec::new();
+        let mut added = Vec::new();
         for config in wanted {
             if registered.get(&config.name).is_some_and(|r| &r.config == config) {
                 continue;
@@ -470,8 +484,9 @@ impl Upstreams {
                     (upstream, refresher)
                 })
             };
-            if let Err(why) = &built {
-                errors.push((config.name.clone(), why.clone()));
+            match &built {
+                Ok((upstream, _)) => added.push(Arc::clone(upstream)),
+                Err(why) => errors.push((config.name.clone(), why.clone())),
             }
             registered.insert(config.name.clone(), Registered { config: config.clone(), built });
             changed = true;
@@ -484,6 +499,16 @@ impl Upstreams {
                 .cloned()
                 .collect();
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(now);
+            // After the list is replaced: a tenant seen from here on finds
+            // the new upstreams in it.
+            if let Some(tenants) = self.tenants.get() {
+                let known = tenants.tenants();
+                for upstream in &added {
+                    for who in &known {
+                        upstream.start_series(who);
+                    }
+                }
+            }
         }
         errors
     }
@@ -568,6 +593,23 @@ impl Upstreams {
             u.config.serves_tenant(who.tenant().as_str())
                 && rules.as_ref().is_none_or(|r| r.allows_upstream(&u.config.name))
         })
+    }
+
+    /// Starts the call counts of every tenant of `tenants` at zero, for
+    /// each upstream serving it: now, for each tenant seen later, and for
+    /// each upstream registered later. Set once, at startup.
+    pub fn start_series(self: &Arc<Self>, tenants: &Arc<TenantSeries>) {
+        if self.tenants.set(Arc::clone(tenants)).is_err() {
+            return;
+        }
+        let upstreams = Arc::downgrade(self);
+        tenants.on_new_tenant(move |who| {
+            if let Some(upstreams) = upstreams.upgrade() {
+                for upstream in upstreams.snapshot().iter() {
+                    upstream.start_series(who);
+                }
+            }
+        });
     }
 
     /// Applies each tenant's own allow-list of upstreams (its settings'

@@ -10,7 +10,7 @@ use foldgate_api::{
     auth::{self, AuthState, Authenticator, Secret},
     upstream::Upstreams,
 };
-use foldgate_background::{Driver, StopOrder};
+use foldgate_background::{BackgroundTask as _, Driver, StopOrder};
 use foldgate_engine::{
     Clock, EngineMetrics, FoldingService, MemoryBank, MemoryMetrics, StoreGauges, SystemClock,
     TokenCounter, scrubber_from_config, supervisor,
@@ -97,7 +97,13 @@ pub async fn start(
     // Every background task is registered here and started once the
     // application is built; see `background.rs` for the stop order.
     let mut driver = Driver::new(&meter);
-    let gauges = StoreGauges::new(&meter, Arc::clone(&store));
+    let engine_metrics = EngineMetrics::new(&meter);
+    let tenant_series = Arc::clone(engine_metrics.tenants());
+    let mut gauges = StoreGauges::new(&meter, Arc::clone(&store), Arc::clone(&tenant_series));
+    // A first reading before anything is served: every tenant the database
+    // knows has its series, at zero, from the start. A failure is logged
+    // and left to the next reading.
+    gauges.activate().await;
 
     let tokens = TokenCounter::new(config.folding.encoding).map_err(anyhow::Error::msg)?;
     let scrubber = scrubber_from_config(&config.scrub).context("loading secret-scrubbing rules")?;
@@ -109,7 +115,7 @@ pub async fn start(
         Arc::clone(&clock),
         config.folding.clone(),
     )
-    .with_metrics(EngineMetrics::new(&meter));
+    .with_metrics(engine_metrics);
     // Nothing is contacted here; the memory ranks with the embeddings
     // models among them.
     let models = foldgate_runner::Models::new(&config.models, |var| std::env::var(var).ok())
@@ -171,6 +177,7 @@ pub async fn start(
         Upstreams::new(&config.upstreams, |var| std::env::var(var).ok(), &api_metrics.upstream)
             .map_err(anyhow::Error::msg)?;
     upstreams.restrict_with(Arc::clone(service.tenant_rules()));
+    upstreams.start_series(&tenant_series);
     metrics::observe_upstreams(&meter, &upstreams);
     upstreams.register(&mut driver);
     // Stopped after the servers, so that runs whose callers are still

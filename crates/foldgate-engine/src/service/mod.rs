@@ -91,8 +91,10 @@ impl FoldingService {
         self.memory.as_ref()
     }
 
-    /// Records into these instruments instead of nowhere.
+    /// Records into these instruments instead of nowhere; the redaction
+    /// count of every rule of the scrubber starts at zero.
     pub fn with_metrics(mut self, metrics: EngineMetrics) -> Self {
+        metrics.start_rules(&self.scrubber.rules());
         self.metrics = metrics;
         self
     }
@@ -212,9 +214,8 @@ impl FoldingService {
         let branch = match self.store.create_branch(&who.tenant, new).await? {
             Ok(branch) => branch,
             Err(refusal) => {
-                let error = FoldError::from(refusal);
-                self.metrics.refused(&who.tenant, &error);
-                return Err(error);
+                self.metrics.refused(&who.tenant, refusal);
+                return Err(FoldError::from(refusal));
             }
         };
         self.metrics.created(&branch);

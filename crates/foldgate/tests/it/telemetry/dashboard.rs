@@ -3,14 +3,14 @@
 
 use super::*;
 
-fn deploy_file(name: &str) -> String {
+pub(super) fn deploy_file(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every `expr` of a dashboard's panels (nested rows included) and every
 /// query of its template variables.
-fn dashboard_queries(dashboard: &Value) -> Vec<String> {
+pub(super) fn dashboard_queries(dashboard: &Value) -> Vec<String> {
     fn panels(list: &Value, out: &mut Vec<String>) {
         for panel in list.as_array().into_iter().flatten() {
             for target in panel["targets"].as_array().into_iter().flatten() {
@@ -35,7 +35,7 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
 
 /// The metric names a PromQL expression (or a Grafana `label_values`
 /// query) selects.
-fn metric_names(expr: &str) -> BTreeSet<String> {
+pub(super) fn metric_names(expr: &str) -> BTreeSet<String> {
     let strings = regex::Regex::new(r#""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"#).unwrap();
     let matchers = regex::Regex::new(r"\{[^}]*\}|\[[^\]]*\]").unwrap();
     let grouping =
@@ -80,6 +80,26 @@ fn selector_labels(expr: &str) -> Vec<(String, String)> {
     found
 }
 
+/// Every metric the shipped dashboard (its panels and variables) and alert
+/// rules select, read from the files as they are now, but Prometheus's own
+/// (`up`).
+pub(super) fn queried_metrics() -> BTreeSet<String> {
+    let dashboard: Value = serde_json::from_str(&deploy_file("grafana/foldgate.json")).unwrap();
+    let mut queries = dashboard_queries(&dashboard);
+    let alerts: serde_yaml::Value =
+        serde_yaml::from_str(&deploy_file("prometheus/alerts.yaml")).unwrap();
+    for group in alerts["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            queries.push(rule["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    queries
+        .iter()
+        .flat_map(|q| metric_names(q))
+        .filter(|name| !PROMETHEUS_SERIES.contains(&name.as_str()))
+        .collect()
+}
+
 #[test]
 fn metric_names_are_extracted_from_promql() {
     let cases: &[(&str, &[&str])] = &[
@@ -114,7 +134,7 @@ fn metric_names_are_extracted_from_promql() {
 /// and outside a branch, a tool error), a call of a tool nobody offers, a
 /// refused create, a deadline fired by the supervisor, a request refused by
 /// authentication and one by the rate limit.
-async fn exercise_everything(gw: &TestGateway) {
+pub(super) async fn exercise_everything(gw: &TestGateway) {
     fold_cycle(gw, "acme", "conv-1").await;
     federated_fold(gw, "acme", "fed-1").await;
     let agent = client(&gw.url, &gw.write_token("acme", "bob"), Era::Discover).await;

@@ -273,3 +273,4 @@ type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
 mod dashboard;
 mod otlp;
 mod prometheus;
+mod zero;
