@@ -30,7 +30,7 @@ pub use config::{LogFormat, TelemetryConfig};
 pub use logging::{ACCESS_LOG_TARGET, install, subscriber};
 pub use prometheus::Prometheus;
 pub use propagation::{extract_context, inject_current_context, set_remote_parent};
-pub use providers::{Telemetry, TelemetryError, VERSION};
+pub use providers::{PER_TENANT_METRICS, TENANT_SERIES_LIMIT, Telemetry, TelemetryError, VERSION};
 pub use settings::{
     DEFAULT_METRIC_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, OtelSettings, OtlpTarget, Protocol,
     SettingsError,

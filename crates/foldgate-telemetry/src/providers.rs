@@ -15,7 +15,7 @@ use opentelemetry::{
 use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::{
     Resource,
-    metrics::{PeriodicReader, SdkMeterProvider},
+    metrics::{Instrument, PeriodicReader, SdkMeterProvider, Stream},
     resource::TelemetryResourceDetector,
     trace::{SdkTracer, SdkTracerProvider},
 };
@@ -30,6 +30,36 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The instrumentation scope of every foldgate instrument and span.
 const SCOPE: &str = "foldgate";
+
+/// The metrics whose series start at zero for every tenant the process
+/// knows (and each upstream serving it, or each value of a closed label).
+/// The SDK keeps 2000 label sets per metric; past that it adds new ones up
+/// in a single `otel_metric_overflow` series. With 10 refusal reasons a
+/// tenant, `foldgate.branches.refused` would reach it at 200 tenants, so
+/// these keep up to [`TENANT_SERIES_LIMIT`] each.
+pub const PER_TENANT_METRICS: &[&str] = &[
+    "foldgate.branches.active",
+    "foldgate.branches.completed",
+    "foldgate.branches.created",
+    "foldgate.branches.forced_returns",
+    "foldgate.branches.refused",
+    "foldgate.tokens.consumed",
+    "foldgate.upstream.calls_outside_branches",
+    "foldgate.upstream.tokens",
+];
+
+/// Label sets each of [`PER_TENANT_METRICS`] keeps: 2000 tenants' worth of
+/// refusals. The SDK sets aside room for them up front (about a megabyte a
+/// metric and reader).
+pub const TENANT_SERIES_LIMIT: usize = 20_000;
+
+/// The view that raises the series limit of [`PER_TENANT_METRICS`].
+fn per_tenant_limit(instrument: &Instrument) -> Option<Stream> {
+    if !PER_TENANT_METRICS.contains(&instrument.name()) {
+        return None;
+    }
+    Stream::builder().with_cardinality_limit(TENANT_SERIES_LIMIT).build().ok()
+}
 
 /// Why telemetry could not be set up or shut down.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +135,7 @@ impl Telemetry {
             .map_err(TelemetryError::Prometheus)?;
         let mut meters = SdkMeterProvider::builder()
             .with_resource(resource.clone())
+            .with_view(per_tenant_limit)
             .with_reader(prometheus_reader);
         if let Some(target) = &settings.metrics {
             let exporter = metric_exporter(target)

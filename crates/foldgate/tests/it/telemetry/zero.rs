@@ -181,6 +181,13 @@ async fn every_queried_series_exists_after_one_fold(backend: Backend) {
                 sample(&after_fold, name, &[("tenant", "acme")]).is_some(),
                 "{name} has no series for acme"
             );
+            // Its series for every tenant fit under the raised limit.
+            assert!(
+                foldgate_telemetry::PER_TENANT_METRICS
+                    .iter()
+                    .any(|metric| name.starts_with(&metric.replace('.', "_"))),
+                "{name} starts at zero per tenant: list it in PER_TENANT_METRICS"
+            );
         } else {
             assert_eq!(
                 label_sets(&at_start, name),
