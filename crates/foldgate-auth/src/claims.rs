@@ -314,7 +314,9 @@ mod tests {
     fn the_unverified_issuer() {
         let header = b64(&json!({"alg": "ES256"}));
         let token = |payload: &str| format!("{header}.{payload}.sig");
-        let cases: Vec<(String, Result<Option<&str>, &str>, &str)> = vec![
+        /// The token, the issuer read or the kind of error, and why.
+        type Case<'a> = (String, Result<Option<&'a str>, &'a str>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
             (token(&b64(&json!({"iss": "https://a"}))), Ok(Some("https://a")), "a string"),
             (token(&b64(&json!({"sub": "x"}))), Ok(None), "none"),
             (token(&b64(&json!({"iss": ["https://a"]}))), Ok(None), "an array"),

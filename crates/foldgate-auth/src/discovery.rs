@@ -153,7 +153,10 @@ mod tests {
         const URL: &str = "https://idp.example/.well-known/openid-configuration";
         let issuer = "https://idp.example";
         let doc = |value: serde_json::Value| value.to_string().into_bytes();
-        let cases: Vec<(Vec<u8>, bool, Result<&str, &str>, &str)> = vec![
+        /// The document, `jwks_allow_http`, the `jwks_uri` or a part of
+        /// the error, and why.
+        type Case<'a> = (Vec<u8>, bool, Result<&'a str, &'a str>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
             (
                 doc(json!({"issuer": issuer, "jwks_uri": "https://idp.example/certs"})),
                 false,

@@ -393,7 +393,7 @@ fn check_auth_forms(table: &Table, from_env: &[(String, String)]) -> Result<(), 
         .into());
     }
     let Some(Value::Table(auth)) = table.get("auth") else { return Ok(()) };
-    if !auth.get("issuers").and_then(Value::as_array).is_some_and(|list| !list.is_empty()) {
+    if auth.get("issuers").and_then(Value::as_array).is_none_or(Vec::is_empty) {
         return Ok(());
     }
     let single: Vec<String> = SINGLE_ISSUER_SETTINGS
@@ -774,7 +774,9 @@ tenant_claim = "tid"
 
         // A single-issuer setting beside the list, named with where it came
         // from; the documented variables keep meaning the single form.
-        let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        /// What the file adds, the environment, and a part of the error.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case<'_>] = &[
             (
                 "",
                 &[("FOLDGATE_JWKS_URL", "https://idp.example/jwks")],
