@@ -32,9 +32,10 @@ pub(crate) enum KeySource {
 
 impl KeySource {
     /// Builds the source of one trusted issuer of a validated
-    /// configuration. A JWKS (or discovery document) that cannot be fetched
-    /// now is not an error (it is retried when a token needs it); an
-    /// unreadable PEM file is.
+    /// configuration; a key set is not fetched yet (see [`warm_up`]). An
+    /// unreadable PEM file is an error.
+    ///
+    /// [`warm_up`]: Self::warm_up
     pub(crate) async fn new(
         trusted: &TrustedIssuer<'_>,
         config: &AuthConfig,
@@ -55,9 +56,16 @@ impl KeySource {
                 Location::Discovery { issuer: issuer.to_owned(), allow_http: trusted.allow_http }
             }
         };
-        let jwks = Jwks::new(JwksSettings::from_config(location, config), clock)?;
-        jwks.warm_up().await;
-        Ok(Self::Jwks(jwks))
+        Ok(Self::Jwks(Jwks::new(JwksSettings::from_config(location, config), clock)?))
+    }
+
+    /// The first fetch of a key set (and of its discovery document), at
+    /// startup. A failure is logged, not returned: the fetch is retried
+    /// when a token needs the keys.
+    pub(crate) async fn warm_up(&self) {
+        if let Self::Jwks(jwks) = self {
+            jwks.warm_up().await;
+        }
     }
 
     /// Registers the background refresh of a key set under `name`. Other

@@ -144,10 +144,11 @@ impl Authenticator {
     /// Builds the authenticator with an injected clock, which decides token
     /// expiry and the JWKS refresh interval.
     ///
-    /// Each key set (at a JWKS URL or found through discovery) is fetched
-    /// once, each waiting at most `jwks_timeout_seconds` (per document); a
-    /// failure is logged and the fetch retried when a token needs it. A PEM
-    /// file that cannot be read or parsed is an error.
+    /// The key sets (at a JWKS URL or found through discovery) are fetched
+    /// once, all at the same time, each request waiting at most
+    /// `jwks_timeout_seconds`; a failure is logged and the fetch retried
+    /// when a token needs it. A PEM file that cannot be read or parsed is an
+    /// error.
     pub async fn with_clock(
         config: &AuthConfig,
         clock: Arc<dyn Clock>,
@@ -171,6 +172,7 @@ impl Authenticator {
         if issuers.is_empty() {
             return Err(AuthSetupError::Config("no JWT key source configured".into()));
         }
+        futures::future::join_all(issuers.iter().map(|t| t.source.warm_up())).await;
         let verified = TokenCache::new(
             config.token_cache_entries,
             TimeDelta::try_seconds(i64::try_from(config.token_cache_seconds).unwrap_or(0))
