@@ -17,16 +17,21 @@
 //   registrations with literal secrets refused with the gateway's message;
 //   and a tenant admin who cannot see another tenant and reads its limits,
 //   its upstreams and models without a form. With --oidc-base, a second
-//   gateway whose console signs in with an OpenID Connect provider
-//   (--oidc-issuer, oidc-provider.mjs): its policy and settings, an answer
-//   with a state the tab did not send, a sign-in the user denies at the
-//   provider, then one through the provider's login and consent back to the
-//   tenants page. Screenshots of every step go to --shots.
+//   gateway that trusts two OpenID Connect providers (oidc-provider.mjs) by
+//   discovery and whose console signs in with the first (--oidc-issuer):
+//   agents of both fold branches, each under the tenant its provider's own
+//   claim names, and a token of the second for the first one's audience is
+//   refused; then the console's policy and settings, an answer with a state
+//   the tab did not send, a sign-in the user denies at the provider, then one
+//   through the provider's login and consent back to the tenants page, where
+//   both agents' sessions are under their tenants. Screenshots of every step
+//   go to --shots.
 //
 // Usage: node console.test.mjs --base http://127.0.0.1:PORT --admin JWT --tenant-admin JWT
 //          --agent JWT --other-agent JWT --mcp-only JWT --upstream-secret S
 //          --credential-prefix P --shots DIR
-//          [--oidc-base URL --oidc-issuer URL --oidc-password P --oidc-agent-secret S]
+//          [--oidc-base URL --oidc-issuer URL --oidc-password P --oidc-agent-secret S
+//           --oidc-issuer-b URL --oidc-audience-b AUD --oidc-agent-secret-b S]
 // Prints `N passed, N failed` last; exits 1 on any failure.
 
 import { mkdirSync } from "node:fs";
@@ -52,6 +57,9 @@ const { values: args } = parseArgs({
     "oidc-issuer": { type: "string" },
     "oidc-password": { type: "string" },
     "oidc-agent-secret": { type: "string" },
+    "oidc-issuer-b": { type: "string" },
+    "oidc-audience-b": { type: "string" },
+    "oidc-agent-secret-b": { type: "string" },
   },
 });
 for (const name of ["base", "admin", "tenant-admin", "agent", "other-agent", "mcp-only", "upstream-secret", "credential-prefix", "shots"]) {
@@ -1061,21 +1069,72 @@ async function signInWithProvider() {
     await p.getByRole("button", { name: "Sign in" }).click();
   }
 
-  await step("an agent folds a branch with a token from the provider", async () => {
-    const response = await fetch(`${ISSUER}/token`, {
+  /** An agent's access token from a provider (client credentials) for `resource`. */
+  async function agentToken(issuer, secret, resource) {
+    const response = await fetch(`${issuer}/token`, {
       method: "POST",
       body: new URLSearchParams({
         grant_type: "client_credentials",
         client_id: "agent",
-        client_secret: args["oidc-agent-secret"],
-        resource: `${OIDC}/mcp`,
+        client_secret: secret,
+        resource,
         scope: "fold:read fold:write",
       }),
     });
-    const { access_token: agent } = await response.json();
+    const body = await response.json();
+    if (!body.access_token) throw new Error(`no token from ${issuer}: ${JSON.stringify(body)}`);
+    return body.access_token;
+  }
+  const claimsOf = (jwt) => JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString() || "{}");
+
+  await step("an agent folds a branch with a token from the provider", async () => {
+    const agent = await agentToken(ISSUER, args["oidc-agent-secret"], `${OIDC}/mcp`);
     const branch = await createBranch(agent, "oidc-session", "a branch behind the provider's token", {}, OIDC);
-    check("the gateway takes the provider's JWTs (JWKS, issuer, audience, tenant claim)", Boolean(branch), branch);
+    check("the gateway takes the provider's JWTs (discovery from its issuer, audience, tenant claim)", Boolean(branch), branch);
   });
+
+  const ISSUER_B = args["oidc-issuer-b"];
+  if (ISSUER_B) {
+    await step("an agent of the second provider folds a branch under its own tenant claim", async () => {
+      const agent = await agentToken(ISSUER_B, args["oidc-agent-secret-b"], args["oidc-audience-b"]);
+      const claims = claimsOf(agent);
+      const branch = await createBranch(agent, "oidc-session-b", "a branch behind the second provider's token", {}, OIDC);
+      check(
+        "the gateway takes the second provider's JWTs (its own audience, the tenant in `org`)",
+        Boolean(branch) && claims.iss === ISSUER_B && claims.aud === args["oidc-audience-b"] && claims.org === "globex" && !("tenant" in claims),
+        { branch, claims },
+      );
+    });
+
+    await step("a token of the second provider for the first one's audience is refused", async () => {
+      const token = await agentToken(ISSUER_B, args["oidc-agent-secret-b"], `${OIDC}/mcp`);
+      const response = await fetch(`${OIDC}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+          "MCP-Protocol-Version": "2025-11-25",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "branch_status", arguments: { session_id: "oidc-session-b" } } }),
+      });
+      const challenge = response.headers.get("www-authenticate") ?? "";
+      check(
+        "refused with 401: the second provider's token carries the first one's audience, not its own",
+        response.status === 401 && claimsOf(token).aud === `${OIDC}/mcp` && challenge.includes("audience mismatch"),
+        { status: response.status, challenge },
+      );
+    });
+
+    await step("the metadata lists both providers", async () => {
+      const metadata = await (await fetch(`${OIDC}/.well-known/oauth-protected-resource/mcp`)).json();
+      check(
+        "/.well-known/oauth-protected-resource names both issuers as authorization servers",
+        JSON.stringify(metadata.authorization_servers) === JSON.stringify([ISSUER, ISSUER_B]),
+        metadata,
+      );
+    });
+  }
 
   const first = await tab();
   await step("with a provider configured, the sign-in page offers it", async () => {
@@ -1187,6 +1246,24 @@ async function signInWithProvider() {
       { keys: stored.keys, claims },
     );
     await screenshot("oidc-tenants", false, second);
+    if (ISSUER_B) {
+      // Each agent's session is under the tenant its own provider's claim named.
+      const session = async (tenant, id) =>
+        (await fetch(`${OIDC}/admin/v1/tenants/${tenant}/sessions/${id}`, { headers: { Authorization: `Bearer ${stored.token}` } })).status;
+      const seen = {
+        "acme/oidc-session": await session("acme", "oidc-session"),
+        "globex/oidc-session-b": await session("globex", "oidc-session-b"),
+        "acme/oidc-session-b": await session("acme", "oidc-session-b"),
+        "globex/oidc-session": await session("globex", "oidc-session"),
+      };
+      check(
+        "the admin API shows the first agent's session under acme (`tenant`) and the second's under globex (`org`)",
+        seen["acme/oidc-session"] === 200 && seen["globex/oidc-session-b"] === 200 &&
+          seen["acme/oidc-session-b"] === 404 && seen["globex/oidc-session"] === 404 &&
+          (await second.getByRole("link", { name: "globex", exact: true }).isVisible()),
+        seen,
+      );
+    }
     await second.getByRole("button", { name: "Sign out" }).click();
     await signInButton(second).waitFor();
   });

@@ -5,15 +5,21 @@
 //     console's origin (CORS);
 //   - one user, `operator`, who signs in with a login form (password
 //     --password) and then allows or denies the console on a consent page;
-//   - access tokens as JWTs for the gateway (resource indicators): audience
-//     --audience, the admin scopes the console asks for, and the claim
-//     `tenant` the gateway requires;
+//   - access tokens as JWTs for the gateway (resource indicators): for the
+//     audience --audience (repeat it to accept several resources), the admin
+//     scopes the console asks for, and the tenant in the claim --tenant-claim
+//     (default `tenant`, the gateway's default);
 //   - an `agent` client (client credentials, secret --agent-secret) whose
-//     tokens carry fold:read fold:write for tenant acme, so that the test can
-//     fold a branch through the gateway with a token from this provider.
+//     tokens carry fold:read fold:write for tenant --agent-tenant (default
+//     acme), so that the test can fold a branch through the gateway with a
+//     token from this provider.
+// Its discovery document is at <issuer>/.well-known/openid-configuration.
+// Two of them, with different audiences and tenant claims, stand for two
+// identity providers the gateway trusts.
 //
 // Usage: node oidc-provider.mjs --port PORT --gateway http://127.0.0.1:GW --audience AUD
-//          --password PASSWORD --agent-secret SECRET
+//          [--audience AUD2] --password PASSWORD --agent-secret SECRET
+//          [--tenant-claim CLAIM] [--agent-tenant TENANT]
 // Prints `oidc provider listening at ISSUER` once it serves.
 
 import { generateKeyPairSync, randomBytes } from "node:crypto";
@@ -26,13 +32,15 @@ const { values: args } = parseArgs({
   options: {
     port: { type: "string" },
     gateway: { type: "string" },
-    audience: { type: "string" },
+    audience: { type: "string", multiple: true },
     password: { type: "string" },
     "agent-secret": { type: "string" },
+    "tenant-claim": { type: "string", default: "tenant" },
+    "agent-tenant": { type: "string", default: "acme" },
   },
 });
 for (const name of ["port", "gateway", "audience", "password", "agent-secret"]) {
-  if (!args[name]) {
+  if (!args[name]?.length) {
     console.error(`missing --${name}`);
     process.exit(2);
   }
@@ -42,7 +50,7 @@ const ISSUER = `http://127.0.0.1:${args.port}`;
 const OPERATOR = "operator";
 const CONSOLE_CLIENT = "foldgate-console";
 const AGENT_CLIENT = "agent";
-const TENANT_OF = { [CONSOLE_CLIENT]: "ops", [AGENT_CLIENT]: "acme" };
+const TENANT_OF = { [CONSOLE_CLIENT]: "ops", [AGENT_CLIENT]: args["agent-tenant"] };
 const SCOPES_OF = { [CONSOLE_CLIENT]: "foldgate:admin tenant:admin", [AGENT_CLIENT]: "fold:read fold:write" };
 
 const signingKey = {
@@ -90,7 +98,7 @@ const provider = new Provider(ISSUER, {
       defaultResource: (_ctx, _client, oneOf) => oneOf,
       useGrantedResource: () => true,
       getResourceServerInfo: (_ctx, resource, client) => {
-        if (resource !== args.audience) throw new errors.InvalidTarget();
+        if (!args.audience.includes(resource)) throw new errors.InvalidTarget();
         return {
           audience: resource,
           scope: SCOPES_OF[client.clientId] ?? "",
@@ -103,7 +111,7 @@ const provider = new Provider(ISSUER, {
   },
   extraTokenClaims: (ctx, token) =>
     token.kind === "AccessToken" || token.kind === "ClientCredentials"
-      ? { tenant: TENANT_OF[token.clientId] }
+      ? { [args["tenant-claim"]]: TENANT_OF[token.clientId] }
       : undefined,
   ttl: { AccessToken: 600, ClientCredentials: 600, IdToken: 600, Session: 3600, Grant: 3600 },
   renderError: (ctx, out) => {

@@ -9,8 +9,10 @@
 #      has branches ended under it, calls the upstream inside a branch and has the gateway run
 #      a branch on the scripted model (tests/console/model-script.json);
 #   3. sign-in with an OpenID Connect provider: npm oidc-provider on loopback
-#      (tests/console/oidc-provider.mjs) and a second `foldgate serve` that verifies its tokens
-#      through its JWKS and whose console signs in there ([console] oidc_*).
+#      (tests/console/oidc-provider.mjs) and a second `foldgate serve` that trusts it by OpenID
+#      Connect discovery from its issuer URL and whose console signs in there ([console] oidc_*);
+#      that gateway also trusts a second oidc-provider ([[auth.issuers]]) with another audience
+#      and another tenant claim, and agents of both fold branches under their own tenants.
 # Installs what it needs: Chromium with apt-get if /usr/bin/chromium is missing (Playwright never
 # downloads a browser), `npm ci` in console/ and tests/console. Screenshots of each step go to
 # target/console-screenshots/. Prints `N passed, N failed` last and exits non-zero on any failure.
@@ -147,7 +149,7 @@ started() {
 }
 
 log "foldgate serve on loopback (SQLite)"
-read -r PORT OPS_PORT IDP_PORT OIDC_PORT OIDC_OPS_PORT < <(free_ports 5)
+read -r PORT OPS_PORT IDP_PORT IDP_B_PORT OIDC_PORT OIDC_OPS_PORT < <(free_ports 6)
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 LLM_KEY="sk-console-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 # What the upstream the browser test registers wants, and a registered model's key: registrations
@@ -162,36 +164,62 @@ CREDENTIAL_PREFIX=FOLDGATE_SECRET_
 PIDS+=($!)
 SERVER_PID=$!
 
-# The provider, and a gateway that takes its tokens (JWKS, issuer, the MCP URL as audience) and
-# whose console signs in there, asking for that audience as the resource.
+# Two providers, and a gateway that trusts both: the first found by discovery from its issuer
+# URL (the MCP URL as audience, the tenant in `tenant`), whose console signs in there asking for
+# that audience as the resource; the second also by discovery, with its own audience and the
+# tenant in `org`. The second provider also issues tokens for the first one's audience, which the
+# gateway must refuse.
 ISSUER="http://127.0.0.1:$IDP_PORT"
+ISSUER_B="http://127.0.0.1:$IDP_B_PORT"
+AUDIENCE_B="api://foldgate-b"
 OIDC_BASE="http://127.0.0.1:$OIDC_PORT"
 OIDC_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_urlsafe(12))')
 OIDC_AGENT_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
+OIDC_AGENT_SECRET_B=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
 oidc_args=()
 (cd "$HERE" && exec node oidc-provider.mjs --port "$IDP_PORT" --gateway "$OIDC_BASE" \
   --audience "$OIDC_BASE/mcp" --password "$OIDC_PASSWORD" --agent-secret "$OIDC_AGENT_SECRET" \
   >"$DIR/idp.stdout" 2>"$DIR/idp.stderr") &
 PIDS+=($!)
-if started "$DIR/idp.stdout" '^oidc provider listening at ' $!; then
-  (cd "$DIR" && exec env "${clean_env[@]}" FOLDGATE_JWKS_URL="$ISSUER/jwks" FOLDGATE_JWT_ISSUER="$ISSUER" \
+IDP_PID=$!
+(cd "$HERE" && exec node oidc-provider.mjs --port "$IDP_B_PORT" --gateway "$OIDC_BASE" \
+  --audience "$AUDIENCE_B" --audience "$OIDC_BASE/mcp" --tenant-claim org --agent-tenant globex \
+  --password "$OIDC_PASSWORD" --agent-secret "$OIDC_AGENT_SECRET_B" \
+  >"$DIR/idp-b.stdout" 2>"$DIR/idp-b.stderr") &
+PIDS+=($!)
+IDP_B_PID=$!
+cat >"$DIR/oidc.toml" <<TOML
+[[auth.issuers]]
+issuer = "$ISSUER"
+discovery = true
+
+[[auth.issuers]]
+issuer = "$ISSUER_B"
+discovery = true
+audience = "$AUDIENCE_B"
+tenant_claim = "org"
+TOML
+if started "$DIR/idp.stdout" '^oidc provider listening at ' "$IDP_PID" &&
+  started "$DIR/idp-b.stdout" '^oidc provider listening at ' "$IDP_B_PID"; then
+  (cd "$DIR" && exec env "${clean_env[@]}" \
     FOLDGATE_CONSOLE__OIDC_CLIENT_ID=foldgate-console FOLDGATE_CONSOLE__OIDC_RESOURCE="$OIDC_BASE/mcp" \
-    "$FOLDGATE" serve --database-url "sqlite://$DIR/oidc.db" \
+    "$FOLDGATE" serve --config "$DIR/oidc.toml" --database-url "sqlite://$DIR/oidc.db" \
     --listen "127.0.0.1:$OIDC_PORT" --ops-listen "127.0.0.1:$OIDC_OPS_PORT" \
     >"$DIR/oidc.stdout" 2>"$DIR/oidc.stderr") &
   PIDS+=($!)
   if started "$DIR/oidc.stdout" '^foldgate is serving MCP at ' $!; then
     oidc_args=(--oidc-base "$OIDC_BASE" --oidc-issuer "$ISSUER" --oidc-password "$OIDC_PASSWORD"
-      --oidc-agent-secret "$OIDC_AGENT_SECRET")
+      --oidc-agent-secret "$OIDC_AGENT_SECRET" --oidc-issuer-b "$ISSUER_B"
+      --oidc-audience-b "$AUDIENCE_B" --oidc-agent-secret-b "$OIDC_AGENT_SECRET_B")
   else
     echo "the gateway with OpenID Connect sign-in did not start; its output:"
     cat "$DIR/oidc.stdout" "$DIR/oidc.stderr" || true
-    fail "foldgate serve with [console] oidc_client_id started"
+    fail "foldgate serve with [[auth.issuers]] and [console] oidc_client_id started"
   fi
 else
-  echo "the OpenID Connect provider did not start; its output:"
-  cat "$DIR/idp.stdout" "$DIR/idp.stderr" || true
-  fail "the OpenID Connect provider (oidc-provider) started"
+  echo "the OpenID Connect providers did not start; their output:"
+  cat "$DIR"/idp.std* "$DIR"/idp-b.std* || true
+  fail "the OpenID Connect providers (oidc-provider) started"
 fi
 
 if ! started "$DIR/stdout" '^foldgate is serving MCP at ' "$SERVER_PID"; then
@@ -231,8 +259,8 @@ else
     if [ "${#oidc_args[@]}" -gt 0 ]; then
       echo "--- the gateway with OpenID Connect sign-in: warnings and errors"
       grep -E '"level":"(WARN|ERROR)"' "$DIR/oidc.stderr" | tail -n 20 || true
-      echo "--- the OpenID Connect provider's errors"
-      tail -n 20 "$DIR/idp.stderr" || true
+      echo "--- the OpenID Connect providers' errors"
+      tail -n 20 "$DIR/idp.stderr" "$DIR/idp-b.stderr" || true
     fi
   fi
   echo "screenshots in $SHOTS:"

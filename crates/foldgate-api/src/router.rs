@@ -52,8 +52,9 @@ pub struct Gateway {
     pub admin: foldgate_admin::AdminConfig,
     /// The canonical MCP URL (`public_url`, or derived from the listener).
     pub mcp_url: String,
-    /// The token issuer, published in the protected resource metadata.
-    pub issuer: Option<String>,
+    /// The trusted token issuers, published as the authorization servers
+    /// in the protected resource metadata.
+    pub authorization_servers: Vec<String>,
     /// What the background tasks last did: `/readyz` reports whether they
     /// all run.
     pub background: Board,
@@ -142,7 +143,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
         .layer(middleware::from_fn_with_state(exchange_state, exchange::mcp_exchange));
 
     let metadata =
-        auth::ProtectedResourceMetadata::new(&gateway.mcp_url, gateway.issuer.as_deref());
+        auth::ProtectedResourceMetadata::new(&gateway.mcp_url, &gateway.authorization_servers);
     let metadata_route = get(move || {
         let metadata = metadata.clone();
         async move { Json(metadata) }

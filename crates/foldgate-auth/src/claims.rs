@@ -59,6 +59,25 @@ pub(crate) fn parse_header(token: &str) -> Result<TokenHeader, AuthError> {
     Ok(TokenHeader { alg, kid: raw.kid })
 }
 
+/// The `iss` claim of a token whose signature has not been checked yet: only
+/// to pick which trusted issuer's keys check it. `None` when the payload has
+/// no string `iss`.
+pub(crate) fn unverified_issuer(token: &str) -> Result<Option<String>, AuthError> {
+    let payload = token
+        .split('.')
+        .nth(1)
+        .ok_or(AuthError::Malformed("a JWT has three dot-separated parts"))?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| AuthError::Malformed("the token is not base64url-encoded JSON"))?;
+    let mut payload: Map<String, Value> = serde_json::from_slice(&bytes)
+        .map_err(|_| AuthError::Malformed("the token payload is not a JSON object"))?;
+    Ok(match payload.remove("iss") {
+        Some(Value::String(iss)) => Some(iss),
+        _ => None,
+    })
+}
+
 /// Checks the signature with each candidate key and returns the payload of
 /// the first that verifies. Claims are only read after that.
 pub(crate) fn verify_signature(
@@ -288,6 +307,26 @@ mod tests {
             let got = parse_header(&token).map(|h| (h.alg, h.kid)).map_err(|e| e.kind());
             let expected = expected.map(|(alg, kid)| (alg, kid.map(str::to_owned)));
             assert_eq!(got, expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn the_unverified_issuer() {
+        let header = b64(&json!({"alg": "ES256"}));
+        let token = |payload: &str| format!("{header}.{payload}.sig");
+        /// The token, the issuer read or the kind of error, and why.
+        type Case<'a> = (String, Result<Option<&'a str>, &'a str>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
+            (token(&b64(&json!({"iss": "https://a"}))), Ok(Some("https://a")), "a string"),
+            (token(&b64(&json!({"sub": "x"}))), Ok(None), "none"),
+            (token(&b64(&json!({"iss": ["https://a"]}))), Ok(None), "an array"),
+            (token(&b64(&json!({"iss": 7}))), Ok(None), "a number"),
+            (token("!!!"), Err("malformed"), "not base64url"),
+            (token(&URL_SAFE_NO_PAD.encode("[1]")), Err("malformed"), "not an object"),
+        ];
+        for (token, expected, why) in cases {
+            let got = unverified_issuer(&token).map_err(|e| e.kind());
+            assert_eq!(got, expected.map(|iss| iss.map(str::to_owned)), "{why}");
         }
     }
 

@@ -117,6 +117,35 @@ pub enum KeySourceError {
     Json(#[source] serde_json::Error),
     #[error("the JWKS holds no usable signing key (RSA, P-256, P-384 or Ed25519)")]
     NoUsableKeys,
+    #[error("the issuer cannot be used for discovery: {reason}")]
+    BadIssuer { reason: String },
+    #[error("fetching the discovery document {url} failed")]
+    DiscoveryHttp {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the discovery document {url} answered HTTP {status}")]
+    DiscoveryStatus { url: String, status: StatusCode },
+    #[error("no discovery document: {openid} and {oauth} both answered HTTP 404")]
+    DiscoveryNotFound { openid: String, oauth: String },
+    #[error("the discovery document {url} is larger than {limit} bytes")]
+    DiscoveryTooLarge { url: String, limit: usize },
+    #[error("the discovery document {url} is not a JSON object with a string `issuer`")]
+    DiscoveryJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// OpenID Connect Discovery §4.3 and RFC 8414 §3.3: the document's
+    /// `issuer` must be identical to the issuer it was fetched for.
+    #[error(
+        "the discovery document {url} names the issuer {found:?}, not {expected:?}: set issuer \
+         to exactly the provider's issuer identifier"
+    )]
+    IssuerMismatch { url: String, expected: String, found: String },
+    #[error("the discovery document {url} names no usable jwks_uri: {reason}")]
+    BadJwksUri { url: String, reason: String },
 }
 
 /// Why an [`Authenticator`](super::Authenticator) could not be built: a

@@ -7,6 +7,12 @@
 //! with made-up `kid`s costs the provider at most one request per interval.
 //! Keys older than the maximum age are refreshed in the background while the
 //! cached ones keep serving, so that a withdrawn key stops being accepted.
+//!
+//! The set is found either at a configured URL or through the issuer's
+//! discovery document ([`discovery`](super::discovery)), which is read
+//! before the first fetch, again with every refresh for age (so that a
+//! provider that moves its key set is followed), and again after a failed
+//! fetch.
 
 use std::{
     fmt,
@@ -28,7 +34,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use super::{AuthConfig, AuthError, AuthSetupError, KeySourceError};
+use super::{AuthConfig, AuthError, AuthSetupError, KeySourceError, discovery};
 
 /// Largest JWKS document read; real ones are a few kilobytes.
 const MAX_JWKS_BYTES: usize = 1024 * 1024;
@@ -39,10 +45,29 @@ const MAX_CANDIDATES: usize = 8;
 /// How the key set is fetched and cached.
 #[derive(Debug, Clone)]
 pub(crate) struct JwksSettings {
-    pub url: String,
+    pub location: Location,
     pub timeout: Duration,
     pub min_refresh: TimeDelta,
     pub max_age: TimeDelta,
+}
+
+/// Where the key set is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// A configured `jwks_url`.
+    Url(String),
+    /// The `jwks_uri` of the issuer's discovery document; `allow_http`
+    /// accepts plain http on any host for both.
+    Discovery { issuer: String, allow_http: bool },
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Url(url) => write!(f, "the JWKS at {url}"),
+            Self::Discovery { issuer, .. } => write!(f, "the JWKS of {issuer} (by discovery)"),
+        }
+    }
 }
 
 fn seconds(value: u64) -> TimeDelta {
@@ -50,9 +75,9 @@ fn seconds(value: u64) -> TimeDelta {
 }
 
 impl JwksSettings {
-    pub(crate) fn from_config(url: &str, config: &AuthConfig) -> Self {
+    pub(crate) fn from_config(location: Location, config: &AuthConfig) -> Self {
         Self {
-            url: url.to_owned(),
+            location,
             timeout: Duration::from_secs(config.jwks_timeout_seconds),
             min_refresh: seconds(config.jwks_min_refresh_interval_seconds),
             max_age: seconds(config.jwks_max_age_seconds),
@@ -119,6 +144,8 @@ struct FetchState {
     last_attempt: Option<DateTime<Utc>>,
     /// Why the last attempt failed; cleared by a successful one.
     last_error: Option<Arc<KeySourceError>>,
+    /// With discovery: the `jwks_uri` the discovery document named last.
+    discovered: Option<String>,
 }
 
 impl FetchState {
@@ -147,7 +174,7 @@ pub(crate) struct Jwks {
 impl fmt::Debug for Jwks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Jwks")
-            .field("url", &self.settings.url)
+            .field("location", &self.settings.location)
             .field("keys", &self.snapshot().keys.len())
             .finish_non_exhaustive()
     }
@@ -178,7 +205,7 @@ impl Jwks {
     pub(crate) async fn warm_up(&self) {
         let mut state = self.fetch.lock().await;
         // Already logged; requests report it as `Unavailable`.
-        let _failed = self.fetch_locked(&mut state).await;
+        let _failed = self.fetch_locked(&mut state, false).await;
     }
 
     fn snapshot(&self) -> Arc<KeySet> {
@@ -217,7 +244,7 @@ impl Jwks {
                 None => AuthError::UnknownKey,
             });
         }
-        match self.fetch_locked(&mut state).await {
+        match self.fetch_locked(&mut state, false).await {
             Ok(fresh) => match fresh.lookup(alg, kid) {
                 Lookup::Found(keys) => Ok(keys),
                 Lookup::WrongAlgorithm => Err(AuthError::UnsupportedAlgorithm),
@@ -251,19 +278,20 @@ impl Jwks {
             .is_ok_and(|state| state.wait(now, self.settings.min_refresh).is_none())
     }
 
-    /// Registers the background refresh, `jwks_refresh`: activated when a
+    /// Registers the background refresh, named `name` (`jwks_refresh`, or
+    /// `jwks_refresh:<issuer>` with several issuers): activated when a
     /// request finds the cached keys stale. It stops with the tasks serving
     /// requests, dropping a fetch in flight.
-    pub(crate) fn register(self: &Arc<Self>, driver: &mut Driver) {
-        let def = TaskDef::new("jwks_refresh", StopOrder::SERVING)
+    pub(crate) fn register(self: &Arc<Self>, driver: &mut Driver, name: String) {
+        let def = TaskDef::new(name, StopOrder::SERVING)
             .trigger(self.refresh.clone())
             .on_stop(OnStop::Abandon);
         driver.register(def, JwksRefresh(Arc::clone(self)));
     }
 
     /// One background refresh: fetches the set if it is still stale and no
-    /// fetch is running. A failure is logged, and the cached keys keep
-    /// serving.
+    /// fetch is running, reading the discovery document first when there is
+    /// one. A failure is logged, and the cached keys keep serving.
     async fn refresh_stale(&self) -> Activation {
         let seen = self.snapshot();
         if !self.stale(&seen) {
@@ -272,22 +300,29 @@ impl Jwks {
         let Ok(mut state) = self.fetch.try_lock() else {
             return Activation::ok(json!({"fetched": false, "keys": seen.keys.len()}));
         };
-        match self.fetch_locked(&mut state).await {
+        match self.fetch_locked(&mut state, true).await {
             Ok(fresh) => Activation::ok(json!({"fetched": true, "keys": fresh.keys.len()})),
             Err(e) => Activation::failed(ErrorChain(&*e), json!({"fetched": false})),
         }
     }
 
     /// Fetches the set and, on success, installs it. The caller holds the
-    /// fetch lock.
+    /// fetch lock. With discovery, the discovery document is read first when
+    /// `rediscover` asks for it, when none was read yet, or when the last
+    /// attempt failed.
     async fn fetch_locked(
         &self,
         state: &mut FetchState,
+        rediscover: bool,
     ) -> Result<Arc<KeySet>, Arc<KeySourceError>> {
         let now = self.clock.now();
         state.last_attempt = Some(now);
-        match self.download().await {
-            Ok(keys) => {
+        let fetched = match self.key_set_url(state, rediscover).await {
+            Ok(url) => self.download(&url).await.map(|keys| (url, keys)),
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok((url, keys)) => {
                 let mut current = self.keys.write().unwrap_or_else(PoisonError::into_inner);
                 let fresh = Arc::new(KeySet {
                     keys,
@@ -297,12 +332,12 @@ impl Jwks {
                 *current = Arc::clone(&fresh);
                 drop(current);
                 state.last_error = None;
-                tracing::debug!(url = %self.settings.url, keys = fresh.keys.len(), "JWKS fetched");
+                tracing::debug!(%url, keys = fresh.keys.len(), "JWKS fetched");
                 Ok(fresh)
             }
             Err(e) => {
                 tracing::warn!(
-                    url = %self.settings.url,
+                    source = %self.settings.location,
                     error = %ErrorChain(&e),
                     "fetching the JWKS failed; tokens needing a new key are refused with 503 \
                      until a fetch succeeds"
@@ -314,37 +349,86 @@ impl Jwks {
         }
     }
 
-    /// Fetches the key set once, keeping nothing: how many usable signing
-    /// keys it has (for `check-config --connect`).
-    pub(crate) async fn usable_keys(&self) -> Result<usize, KeySourceError> {
-        self.download().await.map(|keys| keys.len())
+    /// The URL to fetch the set from: the configured one, or the one the
+    /// discovery document names (read again when asked to, or when the last
+    /// attempt failed, in case the provider moved its set).
+    async fn key_set_url(
+        &self,
+        state: &mut FetchState,
+        rediscover: bool,
+    ) -> Result<String, KeySourceError> {
+        let (issuer, allow_http) = match &self.settings.location {
+            Location::Url(url) => return Ok(url.clone()),
+            Location::Discovery { issuer, allow_http } => (issuer, *allow_http),
+        };
+        if let Some(known) = &state.discovered
+            && !rediscover
+            && state.last_error.is_none()
+        {
+            return Ok(known.clone());
+        }
+        let found = discovery::discover(&self.client, issuer, allow_http).await?;
+        if let Some(previous) = &state.discovered
+            && *previous != found
+        {
+            tracing::info!(%issuer, from = %previous, to = %found, "the issuer moved its JWKS");
+        }
+        state.discovered = Some(found.clone());
+        Ok(found)
     }
 
-    async fn download(&self) -> Result<Vec<JwksKey>, KeySourceError> {
-        let mut response = self
-            .client
-            .get(&self.settings.url)
-            .header(http::header::ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(KeySourceError::Http)?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(KeySourceError::Status(status));
-        }
-        let too_large = KeySourceError::TooLarge { limit: MAX_JWKS_BYTES };
-        if response.content_length().is_some_and(|n| n > MAX_JWKS_BYTES as u64) {
-            return Err(too_large);
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(KeySourceError::Http)? {
-            if body.len() + chunk.len() > MAX_JWKS_BYTES {
-                return Err(too_large);
-            }
-            body.extend_from_slice(&chunk);
-        }
+    /// Fetches the key set once, keeping nothing (for `check-config
+    /// --connect`): where it was, and how many usable signing keys it has.
+    pub(crate) async fn usable_keys(&self) -> Result<(String, usize), KeySourceError> {
+        let url = self.key_set_url(&mut FetchState::default(), true).await?;
+        let keys = self.download(&url).await?;
+        Ok((url, keys.len()))
+    }
+
+    async fn download(&self, url: &str) -> Result<Vec<JwksKey>, KeySourceError> {
+        let body = get_limited(&self.client, url, MAX_JWKS_BYTES).await.map_err(|e| match e {
+            Fetch::Http(e) => KeySourceError::Http(e),
+            Fetch::Status(status) => KeySourceError::Status(status),
+            Fetch::TooLarge => KeySourceError::TooLarge { limit: MAX_JWKS_BYTES },
+        })?;
         parse_key_set(&body)
     }
+}
+
+/// Why a document could not be fetched.
+pub(crate) enum Fetch {
+    Http(reqwest::Error),
+    Status(http::StatusCode),
+    TooLarge,
+}
+
+/// GETs a JSON document of at most `limit` bytes.
+pub(crate) async fn get_limited(
+    client: &reqwest::Client,
+    url: &str,
+    limit: usize,
+) -> Result<Vec<u8>, Fetch> {
+    let mut response = client
+        .get(url)
+        .header(http::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(Fetch::Http)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(Fetch::Status(status));
+    }
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(Fetch::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Fetch::Http)? {
+        if body.len() + chunk.len() > limit {
+            return Err(Fetch::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// The background refresh of the key set.
@@ -530,7 +614,7 @@ mod tests {
         let never = FetchState::default();
         assert_eq!(never.wait(t0, interval), None, "first fetch is always allowed");
 
-        let state = FetchState { last_attempt: Some(t0), last_error: None };
+        let state = FetchState { last_attempt: Some(t0), ..FetchState::default() };
         assert_eq!(state.wait(t0, interval), Some(Duration::from_secs(30)));
         assert_eq!(state.wait(t0 + TimeDelta::seconds(29), interval), Some(Duration::from_secs(1)));
         assert_eq!(state.wait(t0 + interval, interval), None);

@@ -14,48 +14,65 @@ use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 
 use super::{
     AuthConfig, AuthError, AuthSetupError,
-    jwks::{Jwks, JwksSettings},
+    config::{SourceConfig, TrustedIssuer},
+    jwks::{Jwks, JwksSettings, Location},
 };
 
-/// The configured key source.
+/// A trusted issuer's key source.
 #[derive(Debug)]
 pub(crate) enum KeySource {
     /// HS256 with the shared secret.
     Secret(Arc<DecodingKey>),
     /// One public key read from a PEM file; `alg` follows from its type.
     Pem { alg: Algorithm, key: Arc<DecodingKey> },
-    /// The identity provider's key set.
+    /// The identity provider's key set, at a configured URL or found
+    /// through discovery.
     Jwks(Arc<Jwks>),
 }
 
 impl KeySource {
-    /// Builds the source of a validated configuration. A JWKS that cannot be
-    /// fetched now is not an error (it is retried when a token needs it);
-    /// an unreadable PEM file is.
-    pub(crate) async fn from_config(
+    /// Builds the source of one trusted issuer of a validated
+    /// configuration; a key set is not fetched yet (see [`warm_up`]). An
+    /// unreadable PEM file is an error.
+    ///
+    /// [`warm_up`]: Self::warm_up
+    pub(crate) async fn new(
+        trusted: &TrustedIssuer<'_>,
         config: &AuthConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, AuthSetupError> {
-        if let Some(secret) = &config.jwt_secret {
-            return Ok(Self::Secret(Arc::new(DecodingKey::from_secret(
-                secret.expose().as_bytes(),
-            ))));
-        }
-        if let Some(path) = &config.public_key_file {
-            let (alg, key) = read_public_key(path).await?;
-            return Ok(Self::Pem { alg, key: Arc::new(key) });
-        }
-        if let Some(url) = &config.jwks_url {
-            let jwks = Jwks::new(JwksSettings::from_config(url, config), clock)?;
-            jwks.warm_up().await;
-            return Ok(Self::Jwks(jwks));
-        }
-        Err(AuthSetupError::Config("no JWT key source configured".into()))
+        let location = match trusted.source {
+            SourceConfig::Secret(secret) => {
+                return Ok(Self::Secret(Arc::new(DecodingKey::from_secret(
+                    secret.expose().as_bytes(),
+                ))));
+            }
+            SourceConfig::PublicKey(path) => {
+                let (alg, key) = read_public_key(path).await?;
+                return Ok(Self::Pem { alg, key: Arc::new(key) });
+            }
+            SourceConfig::JwksUrl(url) => Location::Url(url.to_owned()),
+            SourceConfig::Discovery(issuer) => {
+                Location::Discovery { issuer: issuer.to_owned(), allow_http: trusted.allow_http }
+            }
+        };
+        Ok(Self::Jwks(Jwks::new(JwksSettings::from_config(location, config), clock)?))
     }
 
-    pub(crate) fn register(&self, driver: &mut foldgate_background::Driver) {
+    /// The first fetch of a key set (and of its discovery document), at
+    /// startup. A failure is logged, not returned: the fetch is retried
+    /// when a token needs the keys.
+    pub(crate) async fn warm_up(&self) {
         if let Self::Jwks(jwks) = self {
-            jwks.register(driver);
+            jwks.warm_up().await;
+        }
+    }
+
+    /// Registers the background refresh of a key set under `name`. Other
+    /// sources have none.
+    pub(crate) fn register(&self, driver: &mut foldgate_background::Driver, name: String) {
+        if let Self::Jwks(jwks) = self {
+            jwks.register(driver, name);
         }
     }
 
@@ -79,28 +96,88 @@ impl KeySource {
     }
 }
 
-/// What `check-config` learns of a key source: without contacting
-/// anything, a PEM file is read and parsed; with `connect`, a JWKS is
-/// fetched once. A description of the source, or why it cannot be used.
-pub async fn check_key_source(config: &AuthConfig, connect: bool) -> Result<String, String> {
+/// What `check-config` learned of one trusted issuer's key source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySourceCheck {
+    /// The issuer, with several issuers (`[[auth.issuers]]`); `None` in the
+    /// single-issuer form.
+    pub issuer: Option<String>,
+    /// A description of the source, or why it cannot be used.
+    pub outcome: Result<String, String>,
+}
+
+/// What `check-config` learns of each trusted issuer's key source: without
+/// contacting anything, a PEM file is read and parsed; with `connect`, a
+/// discovery document and a JWKS are fetched once. An invalid configuration
+/// is an error; otherwise one check per issuer, in the configured order.
+pub async fn check_key_sources(
+    config: &AuthConfig,
+    connect: bool,
+) -> Result<Vec<KeySourceCheck>, String> {
     config.validate().map_err(|e| e.to_string())?;
-    if config.jwt_secret.is_some() {
-        return Ok("a shared secret (HS256)".to_owned());
-    }
-    if let Some(path) = &config.public_key_file {
-        let (alg, _) = read_public_key(path).await.map_err(|e| e.to_string())?;
-        return Ok(format!("public_key_file {} ({alg:?})", path.display()));
-    }
-    let Some(url) = &config.jwks_url else {
+    let trusted = config.trusted();
+    if trusted.is_empty() {
         return Err("no JWT key source configured".to_owned());
+    }
+    let listed = !config.issuers.is_empty();
+    let mut checks = Vec::with_capacity(trusted.len());
+    for issuer in &trusted {
+        checks.push(KeySourceCheck {
+            issuer: listed.then(|| issuer.issuer.unwrap_or_default().to_owned()),
+            outcome: check_one(issuer, config, connect).await,
+        });
+    }
+    Ok(checks)
+}
+
+async fn check_one(
+    trusted: &TrustedIssuer<'_>,
+    config: &AuthConfig,
+    connect: bool,
+) -> Result<String, String> {
+    let location = match trusted.source {
+        SourceConfig::Secret(_) => return Ok("a shared secret (HS256)".to_owned()),
+        SourceConfig::PublicKey(path) => {
+            let (alg, _) = read_public_key(path).await.map_err(|e| e.to_string())?;
+            return Ok(format!("public_key_file {} ({alg:?})", path.display()));
+        }
+        SourceConfig::JwksUrl(url) => Location::Url(url.to_owned()),
+        SourceConfig::Discovery(issuer) => {
+            Location::Discovery { issuer: issuer.to_owned(), allow_http: trusted.allow_http }
+        }
     };
     if !connect {
-        return Ok(format!("the JWKS at {url} (not fetched; --connect fetches it)"));
+        let what = match &location {
+            Location::Url(_) => "fetches it",
+            Location::Discovery { .. } => "fetches the discovery document and the JWKS",
+        };
+        return Ok(format!("{location} (not fetched; --connect {what})"));
     }
-    let jwks = Jwks::new(JwksSettings::from_config(url, config), Arc::new(SystemClock))
-        .map_err(|e| e.to_string())?;
-    let keys = jwks.usable_keys().await.map_err(|e| format!("the JWKS at {url}: {e}"))?;
-    Ok(format!("the JWKS at {url}: {keys} usable signing keys"))
+    let settings = JwksSettings::from_config(location.clone(), config);
+    let jwks = Jwks::new(settings, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
+    let (url, keys) =
+        jwks.usable_keys().await.map_err(|e| format!("{location}: {}", ErrorText(&e)))?;
+    Ok(match location {
+        Location::Url(_) => format!("{location}: {keys} usable signing keys"),
+        Location::Discovery { issuer, .. } => {
+            format!("the JWKS of {issuer} at {url} (by discovery): {keys} usable signing keys")
+        }
+    })
+}
+
+/// An error with its sources, on one line.
+struct ErrorText<'a>(&'a dyn std::error::Error);
+
+impl std::fmt::Display for ErrorText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
 }
 
 async fn read_public_key(path: &Path) -> Result<(Algorithm, DecodingKey), AuthSetupError> {

@@ -1,10 +1,13 @@
 //! foldgate's authentication: who is calling `/mcp`.
 //!
-//! Every request carries a JWT. Its signature is checked against the one
-//! configured key source (an HS256 secret, a PEM public key, or a JWKS), and
-//! the algorithm a token may use is fixed by that key, never chosen by the
-//! token. Its claims become an [`Authenticated`]: the [`Principal`] (tenant
-//! and subject) that scopes every stored record, and the granted scopes.
+//! Every request carries a JWT. Its signature is checked against the key
+//! source of a trusted issuer (an HS256 secret, a PEM public key, or a JWKS
+//! at a configured URL or found through the issuer's discovery document),
+//! and the algorithm a token may use is fixed by that key, never chosen by
+//! the token. With several trusted issuers, the token's `iss` picks the one
+//! whose keys, audience and tenant claim apply. Its claims become an
+//! [`Authenticated`]: the [`Principal`] (tenant and subject) that scopes
+//! every stored record, and the granted scopes.
 //!
 //! [`authenticate_request`] is the axum middleware: it verifies the token,
 //! puts the [`Authenticated`] into the request extensions, and removes the
@@ -15,6 +18,7 @@
 mod cache;
 mod claims;
 mod config;
+mod discovery;
 mod error;
 mod jwks;
 mod keys;
@@ -27,10 +31,10 @@ use std::{collections::BTreeSet, sync::Arc};
 use chrono::{DateTime, TimeDelta, Utc};
 use foldgate_domain::{Caller, Clock, Principal, Subject, SystemClock, TenantId};
 
-pub use self::keys::check_key_source;
+pub use self::keys::{KeySourceCheck, check_key_sources};
 use self::{cache::TokenCache, claims::ClaimRules, keys::KeySource};
 pub use self::{
-    config::{AuthConfig, MIN_SECRET_BYTES, Secret},
+    config::{AuthConfig, IssuerConfig, MIN_SECRET_BYTES, Secret},
     error::{AuthError, AuthErrorKind, AuthSetupError, KeySourceError, MintError},
     metadata::{ProtectedResourceMetadata, resource_metadata_url},
     middleware::{
@@ -110,10 +114,25 @@ pub struct Authenticator {
 
 #[derive(Debug)]
 struct Inner {
+    /// The trusted issuers, in the configured order: exactly one in the
+    /// single-issuer form.
+    issuers: Vec<Trusted>,
+    /// Whether a token is matched to its issuer by its `iss` claim
+    /// (`[[auth.issuers]]`); otherwise the one issuer takes every token.
+    by_iss: bool,
+    clock: Arc<dyn Clock>,
+    /// Verified tokens by their hash. A token's `iss` is part of what is
+    /// hashed, so an entry belongs to the issuer that verified it.
+    verified: TokenCache,
+}
+
+/// One trusted issuer: its keys and what its tokens' claims must say.
+#[derive(Debug)]
+struct Trusted {
+    /// The required `iss`; `None` in the single-issuer form without one.
+    issuer: Option<String>,
     source: KeySource,
     rules: ClaimRules,
-    clock: Arc<dyn Clock>,
-    verified: TokenCache,
 }
 
 impl Authenticator {
@@ -125,8 +144,9 @@ impl Authenticator {
     /// Builds the authenticator with an injected clock, which decides token
     /// expiry and the JWKS refresh interval.
     ///
-    /// With a JWKS URL this fetches the key set once (waiting at most
-    /// `jwks_timeout_seconds`); a failure is logged and the fetch retried
+    /// The key sets (at a JWKS URL or found through discovery) are fetched
+    /// once, all at the same time, each request waiting at most
+    /// `jwks_timeout_seconds`; a failure is logged and the fetch retried
     /// when a token needs it. A PEM file that cannot be read or parsed is an
     /// error.
     pub async fn with_clock(
@@ -134,31 +154,55 @@ impl Authenticator {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, AuthSetupError> {
         config.validate().map_err(AuthSetupError::Config)?;
-        let source = KeySource::from_config(config, Arc::clone(&clock)).await?;
-        let rules = ClaimRules {
-            issuer: config.issuer.clone(),
-            audience: config.audience.clone(),
-            tenant_claim: config.tenant_claim.clone(),
-            leeway: TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
-                .unwrap_or_default(),
-        };
+        let leeway = TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
+            .unwrap_or_default();
+        let mut issuers = Vec::new();
+        for trusted in config.trusted() {
+            issuers.push(Trusted {
+                issuer: trusted.issuer.map(str::to_owned),
+                source: KeySource::new(&trusted, config, Arc::clone(&clock)).await?,
+                rules: ClaimRules {
+                    issuer: trusted.issuer.map(str::to_owned),
+                    audience: trusted.audience.map(str::to_owned),
+                    tenant_claim: trusted.tenant_claim.to_owned(),
+                    leeway,
+                },
+            });
+        }
+        if issuers.is_empty() {
+            return Err(AuthSetupError::Config("no JWT key source configured".into()));
+        }
+        futures::future::join_all(issuers.iter().map(|t| t.source.warm_up())).await;
         let verified = TokenCache::new(
             config.token_cache_entries,
             TimeDelta::try_seconds(i64::try_from(config.token_cache_seconds).unwrap_or(0))
                 .unwrap_or_default(),
         );
-        Ok(Self { inner: Arc::new(Inner { source, rules, clock, verified }) })
+        let by_iss = !config.issuers.is_empty();
+        Ok(Self { inner: Arc::new(Inner { issuers, by_iss, clock, verified }) })
     }
 
-    /// Registers the background work of the key source on the driver: with
-    /// a JWKS, the refresh of stale keys. Other sources have none.
+    /// Registers the background work of the key sources on the driver: the
+    /// refresh of each stale key set, `jwks_refresh` (one per issuer with
+    /// several, `jwks_refresh:<issuer>`). Other sources have none.
     pub fn register(&self, driver: &mut foldgate_background::Driver) {
-        self.inner.source.register(driver);
+        for trusted in &self.inner.issuers {
+            let name = match (&trusted.issuer, self.inner.by_iss) {
+                (Some(issuer), true) => format!("jwks_refresh:{issuer}"),
+                _ => "jwks_refresh".to_owned(),
+            };
+            trusted.source.register(driver, name);
+        }
     }
 
     /// Verifies a bearer token (without the `Bearer ` prefix). A token
     /// verified recently is taken from the cache (see
     /// [`AuthConfig::token_cache_entries`]); only verified tokens are kept.
+    ///
+    /// With several issuers, the token's unverified `iss` picks the issuer
+    /// whose keys and rules apply; a token naming no trusted issuer is
+    /// refused before any key is looked up, so it cannot make the gateway
+    /// fetch anything.
     pub async fn authenticate(&self, token: &str) -> Result<Authenticated, AuthError> {
         let now = self.inner.clock.now();
         let hash = cache::hash(token);
@@ -166,11 +210,25 @@ impl Authenticator {
             return Ok(caller);
         }
         let header = claims::parse_header(token)?;
-        let keys = self.inner.source.keys_for(header.alg, header.kid.as_deref()).await?;
+        let trusted = self.issuer_of(token)?;
+        let keys = trusted.source.keys_for(header.alg, header.kid.as_deref()).await?;
         let payload = claims::verify_signature(token, header.alg, &keys)?;
-        let caller = self.inner.rules.check(payload, now)?;
+        let caller = trusted.rules.check(payload, now)?;
         self.inner.verified.put(hash, &caller, now);
         Ok(caller)
+    }
+
+    /// The trusted issuer whose keys and rules apply to a token.
+    fn issuer_of(&self, token: &str) -> Result<&Trusted, AuthError> {
+        if !self.inner.by_iss {
+            return self.inner.issuers.first().ok_or(AuthError::WrongIssuer);
+        }
+        let iss = claims::unverified_issuer(token)?.ok_or(AuthError::WrongIssuer)?;
+        self.inner
+            .issuers
+            .iter()
+            .find(|t| t.issuer.as_deref() == Some(iss.as_str()))
+            .ok_or(AuthError::WrongIssuer)
     }
 }
 

@@ -15,8 +15,8 @@ const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 pub struct ProtectedResourceMetadata {
     /// The canonical MCP URL; tokens must carry it as `aud`.
     pub resource: String,
-    /// Issuers whose tokens are accepted (empty when no issuer is
-    /// configured, e.g. with the development HS256 secret).
+    /// Issuers whose tokens are accepted: every trusted issuer (empty when
+    /// none is configured, e.g. with the development HS256 secret).
     pub authorization_servers: Vec<String>,
     pub scopes_supported: Vec<String>,
     /// Tokens are accepted only in the `Authorization` header.
@@ -25,11 +25,12 @@ pub struct ProtectedResourceMetadata {
 
 impl ProtectedResourceMetadata {
     /// `resource` is the canonical MCP URL (e.g. `https://gw.example/mcp`),
-    /// `issuer` the configured token issuer, if any.
-    pub fn new(resource: &str, issuer: Option<&str>) -> Self {
+    /// `issuers` the trusted token issuers (see
+    /// [`AuthConfig::authorization_servers`](super::AuthConfig::authorization_servers)).
+    pub fn new(resource: &str, issuers: &[String]) -> Self {
         Self {
             resource: resource.to_owned(),
-            authorization_servers: issuer.map(str::to_owned).into_iter().collect(),
+            authorization_servers: issuers.to_vec(),
             scopes_supported: SCOPES_SUPPORTED.iter().map(|s| (*s).to_owned()).collect(),
             bearer_methods_supported: vec!["header".to_owned()],
         }
@@ -102,19 +103,21 @@ mod tests {
 
     #[test]
     fn document_shape() {
-        let doc =
-            ProtectedResourceMetadata::new("https://gw.example/mcp", Some("https://idp.example"));
+        let doc = ProtectedResourceMetadata::new(
+            "https://gw.example/mcp",
+            &["https://idp.example".to_owned(), "https://login.example/t/v2.0".to_owned()],
+        );
         let json = serde_json::to_value(&doc).expect("serializes");
         assert_eq!(
             json,
             serde_json::json!({
                 "resource": "https://gw.example/mcp",
-                "authorization_servers": ["https://idp.example"],
+                "authorization_servers": ["https://idp.example", "https://login.example/t/v2.0"],
                 "scopes_supported": ["fold:read", "fold:write", "memory:read", "memory:write"],
                 "bearer_methods_supported": ["header"],
             })
         );
-        let without_issuer = ProtectedResourceMetadata::new("https://gw.example/mcp", None);
+        let without_issuer = ProtectedResourceMetadata::new("https://gw.example/mcp", &[]);
         assert!(without_issuer.authorization_servers.is_empty());
     }
 }

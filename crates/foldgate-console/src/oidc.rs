@@ -48,7 +48,8 @@ pub struct ConsoleConfig {
     /// whose redirect URI is `<public base>/console/callback`.
     pub oidc_client_id: Option<String>,
     /// The provider's issuer identifier; its discovery document is at
-    /// `<issuer>/.well-known/openid-configuration`. Default: `auth.issuer`.
+    /// `<issuer>/.well-known/openid-configuration`. Default: `auth.issuer`,
+    /// or the first of `[[auth.issuers]]`.
     pub oidc_issuer: Option<String>,
     /// Scopes requested. Default: [`DEFAULT_SCOPES`]; `openid` is required.
     pub oidc_scopes: Option<Vec<String>>,
@@ -83,6 +84,17 @@ impl ConsoleConfig {
     /// `auth.issuer`: `None` when the console signs in with pasted tokens
     /// only. Errors name the setting.
     pub fn sign_in(&self, default_issuer: Option<&str>) -> Result<Option<OidcSignIn>, String> {
+        self.sign_in_defaulting(default_issuer, "auth.issuer")
+    }
+
+    /// [`sign_in`](Self::sign_in), with the issuer `oidc_issuer` defaults to
+    /// named `default_name` in errors (the first of `[[auth.issuers]]`, when
+    /// the gateway trusts several).
+    pub fn sign_in_defaulting(
+        &self,
+        default_issuer: Option<&str>,
+        default_name: &str,
+    ) -> Result<Option<OidcSignIn>, String> {
         let Some(client_id) = &self.oidc_client_id else {
             let stray = [
                 self.oidc_issuer.as_ref().map(|_| "oidc_issuer"),
@@ -110,7 +122,7 @@ impl ConsoleConfig {
         }
         let (issuer, from): (&str, &str) = match (&self.oidc_issuer, default_issuer) {
             (Some(issuer), _) => (issuer, "oidc_issuer"),
-            (None, Some(issuer)) => (issuer, "auth.issuer"),
+            (None, Some(issuer)) => (issuer, default_name),
             (None, None) => {
                 return Err("oidc_client_id is set but there is no issuer to sign in with: set \
                             oidc_issuer (or auth.issuer, which it defaults to)"

@@ -4,7 +4,8 @@
 //! Everything `serve` would refuse at startup is refused here: the scrub
 //! rules and the memory's injection screen are compiled and the public key
 //! file is read. With `--connect`, the database is reached (and its schema
-//! checked against this build) and the JWKS fetched.
+//! checked against this build) and each trusted issuer's discovery document
+//! and JWKS fetched.
 
 use anyhow::Context as _;
 use foldgate_store::{ConnectOptions, redact_url};
@@ -27,10 +28,7 @@ pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<St
         lines.push("memory: the injection screen compiles".to_owned());
     }
     if config.auth_mode == AuthMode::Jwt && config.has_key_source() {
-        let source = foldgate_api::auth::check_key_source(&config.auth, connect)
-            .await
-            .map_err(|e| anyhow::anyhow!("auth: {e}"))?;
-        lines.push(format!("auth: {source}"));
+        lines.extend(check_auth(config, connect).await?);
     }
     if connect {
         let shown = redact_url(&config.database_url);
@@ -43,6 +41,44 @@ pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<St
         lines.push(format!("database {shown}: reachable, schema current"));
     }
     Ok(lines)
+}
+
+/// One line per trusted issuer's key source (`auth: …`, or `auth: issuer
+/// <iss>: …` with several); every issuer is checked, and any that cannot be
+/// used fails the whole check, with every issuer's line.
+async fn check_auth(config: &Config, connect: bool) -> anyhow::Result<Vec<String>> {
+    let checks = foldgate_api::auth::check_key_sources(&config.auth, connect)
+        .await
+        .map_err(|e| anyhow::anyhow!("auth: {e}"))?;
+    let line = |check: &foldgate_api::auth::KeySourceCheck, text: &str| match &check.issuer {
+        Some(issuer) => format!("auth: issuer {issuer}: {text}"),
+        None => format!("auth: {text}"),
+    };
+    let failed = checks.iter().filter(|c| c.outcome.is_err()).count();
+    if failed == 0 {
+        return Ok(checks
+            .iter()
+            .map(|c| line(c, c.outcome.as_deref().unwrap_or_default()))
+            .collect());
+    }
+    if let [only] = checks.as_slice()
+        && only.issuer.is_none()
+        && let Err(e) = &only.outcome
+    {
+        anyhow::bail!("auth: {e}");
+    }
+    let each: Vec<String> = checks
+        .iter()
+        .map(|c| match &c.outcome {
+            Ok(text) => format!("  {}", line(c, text)),
+            Err(e) => format!("  {} (cannot be used)", line(c, e)),
+        })
+        .collect();
+    Err(anyhow::anyhow!(
+        "auth: {failed} of {} trusted issuers cannot be used:\n{}",
+        checks.len(),
+        each.join("\n")
+    ))
 }
 
 /// `check-config`'s line on the upstreams: names, URLs and tenants, never

@@ -206,6 +206,7 @@ impl Config {
                 from_env.push((path.join("."), name));
             }
         }
+        check_auth_forms(&table, &from_env)?;
         let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
                 let path = e.path().to_string();
@@ -296,8 +297,14 @@ impl Config {
     /// against the rest: the gateway must verify the tokens it yields.
     pub fn console_sign_in(&self) -> Result<Option<OidcSignIn>, ConfigError> {
         let in_console = |e: String| ConfigError::new(e).within("[console]");
-        let Some(sign_in) =
-            self.console.sign_in(self.auth.issuer.as_deref()).map_err(in_console)?
+        let default_issuer = match self.auth.issuers.first() {
+            Some(first) => (Some(first.issuer.as_str()), "auth.issuers[0].issuer"),
+            None => (self.auth.issuer.as_deref(), "auth.issuer"),
+        };
+        let Some(sign_in) = self
+            .console
+            .sign_in_defaulting(default_issuer.0, default_issuer.1)
+            .map_err(in_console)?
         else {
             return Ok(None);
         };
@@ -311,27 +318,39 @@ impl Config {
         if !self.has_key_source() {
             return Err(in_console(
                 "oidc_client_id is set but [auth] has no key source to verify the provider's \
-                 tokens with: set auth.jwks_url to the provider's JWKS (or public_key_file)"
+                 tokens with: set auth.discovery = true with auth.issuer (or auth.jwks_url, or \
+                 public_key_file)"
                     .into(),
             ));
         }
-        if sign_in.token == OidcToken::IdToken
-            && self.auth.audience.as_deref() != Some(sign_in.client_id.as_str())
-        {
-            return Err(in_console(format!(
-                "oidc_token = \"id_token\" sends the ID token, whose audience is the console's \
-                 client id: set auth.audience to {:?}, or send the access token",
-                sign_in.client_id
-            )));
+        if sign_in.token == OidcToken::IdToken {
+            // The issuer the console signs in with, if the gateway trusts
+            // it; else the single-issuer form's audience, which applies to
+            // every issuer when `auth.issuer` is unset.
+            let audience = match self.auth.audience_of(&sign_in.issuer) {
+                Some(audience) => Some(audience),
+                None if self.auth.issuers.is_empty() => self.auth.audience.as_deref(),
+                None => None,
+            };
+            if audience != Some(sign_in.client_id.as_str()) {
+                let setting = if self.auth.issuers.is_empty() {
+                    "auth.audience".to_owned()
+                } else {
+                    format!("the audience of the [[auth.issuers]] entry {:?}", sign_in.issuer)
+                };
+                return Err(in_console(format!(
+                    "oidc_token = \"id_token\" sends the ID token, whose audience is the \
+                     console's client id: set {setting} to {:?}, or send the access token",
+                    sign_in.client_id
+                )));
+            }
         }
         Ok(Some(sign_in))
     }
 
-    /// Whether a JWT key source is configured.
+    /// Whether a JWT key source is configured, in either form of `[auth]`.
     pub fn has_key_source(&self) -> bool {
-        self.auth.jwt_secret.is_some()
-            || self.auth.jwks_url.is_some()
-            || self.auth.public_key_file.is_some()
+        self.auth.has_key_source()
     }
 
     pub fn acquire_timeout(&self) -> Duration {
@@ -347,6 +366,57 @@ impl Config {
             synchronous_metering: self.database.synchronous_metering,
         }
     }
+}
+
+/// The settings of `[auth]`'s single-issuer form, which `[[auth.issuers]]`
+/// replaces.
+const SINGLE_ISSUER_SETTINGS: &[&str] = &[
+    "jwt_secret",
+    "jwks_url",
+    "public_key_file",
+    "issuer",
+    "discovery",
+    "audience",
+    "tenant_claim",
+    "jwks_allow_http",
+];
+
+/// `[[auth.issuers]]` comes from the file only, and replaces the
+/// single-issuer settings: a single-issuer setting beside it (from the file,
+/// or from a variable such as `FOLDGATE_JWKS_URL`, which keeps meaning the
+/// single form) is refused, naming where it came from.
+fn check_auth_forms(table: &Table, from_env: &[(String, String)]) -> Result<(), ConfigError> {
+    if let Some((_, var)) = from_env.iter().find(|(set, _)| set == "auth.issuers") {
+        return Err(format!(
+            "configuration: {var}: [[auth.issuers]] can only be declared in the config file"
+        )
+        .into());
+    }
+    let Some(Value::Table(auth)) = table.get("auth") else { return Ok(()) };
+    if auth.get("issuers").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+        return Ok(());
+    }
+    let single: Vec<String> = SINGLE_ISSUER_SETTINGS
+        .iter()
+        .filter(|name| auth.contains_key(**name))
+        .map(|name| {
+            let path = format!("auth.{name}");
+            match from_env.iter().rev().find(|(set, _)| *set == path) {
+                Some((_, var)) => format!("{path} (from {var})"),
+                None => path,
+            }
+        })
+        .collect();
+    if single.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "configuration: [[auth.issuers]] is set, and so is the single-issuer form ({}): use \
+         one form; with several issuers, each entry has its own key source, audience and \
+         tenant_claim (the HS256 jwt_secret exists in the single form only)",
+        single.join(", ")
+    )
+    .into())
 }
 
 /// The `[telemetry]` settings alone, from the environment: for commands
@@ -670,6 +740,124 @@ mod tests {
             let err = Config::load(None, env(vars)).unwrap_err();
             assert!(err.to_string().contains(expected), "{vars:?}: {err}");
         }
+    }
+
+    const TWO_ISSUERS: &str = r#"
+[[auth.issuers]]
+issuer = "https://idp.example/realms/agents"
+discovery = true
+
+[[auth.issuers]]
+issuer = "https://login.example.com/tenant-id/v2.0"
+jwks_url = "https://login.example.com/tenant-id/discovery/v2.0/keys"
+audience = "api://foldgate"
+tenant_claim = "tid"
+"#;
+
+    fn in_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("foldgate.toml");
+        std::fs::write(&path, toml).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn several_issuers_come_from_the_file_and_replace_the_single_form() {
+        let (_dir, path) = in_file(TWO_ISSUERS);
+        let c =
+            Config::load(Some(&path), env(&[("FOLDGATE_AUTH__TOKEN_CACHE_SECONDS", "5")])).unwrap();
+        assert_eq!(c.auth.issuers.len(), 2);
+        assert_eq!(c.auth.issuers[0].tenant_claim, "tenant", "the default tenant claim");
+        assert_eq!(c.auth.issuers[1].tenant_claim, "tid");
+        assert_eq!(c.auth.token_cache_seconds, 5, "shared settings stay at the top");
+        assert!(c.has_key_source());
+
+        // A single-issuer setting beside the list, named with where it came
+        // from; the documented variables keep meaning the single form.
+        /// What the file adds, the environment, and a part of the error.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case<'_>] = &[
+            (
+                "",
+                &[("FOLDGATE_JWKS_URL", "https://idp.example/jwks")],
+                "single-issuer form (auth.jwks_url (from FOLDGATE_JWKS_URL))",
+            ),
+            (
+                "",
+                &[("FOLDGATE_TENANT_CLAIM", "tenant")],
+                "(auth.tenant_claim (from FOLDGATE_TENANT_CLAIM))",
+            ),
+            (
+                "",
+                &[("FOLDGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef")],
+                "(auth.jwt_secret (from FOLDGATE_JWT_SECRET))",
+            ),
+            ("[auth]\nissuer = \"https://idp.example\"\n", &[], "single-issuer form (auth.issuer)"),
+            (
+                "",
+                &[("FOLDGATE_AUTH__ISSUERS", "https://idp.example")],
+                "FOLDGATE_AUTH__ISSUERS: [[auth.issuers]] can only be declared in the config file",
+            ),
+            (
+                "[[auth.issuers]]\nissuer = \"https://idp.example/realms/agents\"\ndiscovery = true\n",
+                &[],
+                "[auth] issuers[2] \"https://idp.example/realms/agents\": the issuer is listed twice",
+            ),
+            (
+                "[[auth.issuers]]\nissuer = \"https://third.example\"\n",
+                &[],
+                "[auth] issuers[2] \"https://third.example\": no key source",
+            ),
+        ];
+        for (more, vars, expected) in cases {
+            // `[auth]` keys go before the list's tables.
+            let toml = if more.starts_with("[auth]") {
+                format!("{more}{TWO_ISSUERS}")
+            } else {
+                format!("{TWO_ISSUERS}{more}")
+            };
+            let (_dir, path) = in_file(&toml);
+            let err = Config::load(Some(&path), env(vars)).unwrap_err();
+            assert!(err.to_string().contains(expected), "{vars:?} {more:?}: {err}");
+        }
+
+        // Discovery in the single form, from the environment.
+        let c = Config::load(
+            None,
+            env(&[
+                ("FOLDGATE_JWT_ISSUER", "https://idp.example/realms/agents"),
+                ("FOLDGATE_AUTH__DISCOVERY", "true"),
+            ]),
+        )
+        .unwrap();
+        assert!(c.auth.discovery && c.has_key_source());
+        let err = Config::load(None, env(&[("FOLDGATE_AUTH__DISCOVERY", "true")])).unwrap_err();
+        assert!(err.to_string().contains("[auth] discovery = true needs issuer"), "{err}");
+    }
+
+    #[test]
+    fn the_console_signs_in_with_the_first_listed_issuer_by_default() {
+        let client = ("FOLDGATE_CONSOLE__OIDC_CLIENT_ID", "foldgate-console");
+        let (_dir, path) = in_file(TWO_ISSUERS);
+        let c = Config::load(Some(&path), env(&[client])).unwrap();
+        let sign_in = c.console_sign_in().unwrap().unwrap();
+        assert_eq!(sign_in.issuer, "https://idp.example/realms/agents");
+
+        // With the ID token, the audience of the issuer signed in with must
+        // be the client id.
+        let id_token = ("FOLDGATE_CONSOLE__OIDC_TOKEN", "id_token");
+        let second = ("FOLDGATE_CONSOLE__OIDC_ISSUER", "https://login.example.com/tenant-id/v2.0");
+        let err = Config::load(Some(&path), env(&[client, id_token, second])).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "set the audience of the [[auth.issuers]] entry \
+                 \"https://login.example.com/tenant-id/v2.0\" to \"foldgate-console\""
+            ),
+            "{err}"
+        );
+        let (_dir, path) = in_file(&TWO_ISSUERS.replace("api://foldgate", "foldgate-console"));
+        let c = Config::load(Some(&path), env(&[client, id_token, second])).unwrap();
+        assert_eq!(c.console_sign_in().unwrap().unwrap().token, OidcToken::IdToken);
     }
 
     #[test]

@@ -161,8 +161,16 @@ pub async fn start(
                 )?;
                 dev_token = Some(DevToken { token, secret });
             }
-            if config.auth.audience.is_none() {
-                config.auth.audience = Some(mcp_url.clone());
+            if config.auth.issuers.is_empty() {
+                if config.auth.audience.is_none() {
+                    config.auth.audience = Some(mcp_url.clone());
+                }
+            } else {
+                for issuer in &mut config.auth.issuers {
+                    if issuer.audience.is_none() {
+                        issuer.audience = Some(mcp_url.clone());
+                    }
+                }
             }
             let authenticator =
                 Authenticator::new(&config.auth).await.context("setting up authentication")?;
@@ -212,7 +220,7 @@ pub async fn start(
             config: config.api.clone(),
             admin: config.admin.clone(),
             mcp_url: mcp_url.clone(),
-            issuer: config.auth.issuer.clone(),
+            authorization_servers: config.auth.authorization_servers(),
             background: driver.board(),
             shutdown: shutdown.clone(),
             metrics: api_metrics,

@@ -132,6 +132,9 @@ Authentication: which key source is configured.
   pem               auth.publicKey (in the chart's Secret)
   pem-existing      auth.existingPublicKeySecret
   jwks              config.auth.jwks_url
+  discovery         config.auth.discovery (from config.auth.issuer)
+  issuers           config.auth.issuers: several trusted issuers, each with
+                    its own key source
 */}}
 {{- define "foldgate.keySource" -}}
 {{- $sources := list }}
@@ -139,9 +142,12 @@ Authentication: which key source is configured.
 {{- if .Values.auth.existingSecret }}{{ $sources = append $sources "hs256-existing" }}{{ end }}
 {{- if .Values.auth.publicKey }}{{ $sources = append $sources "pem" }}{{ end }}
 {{- if .Values.auth.existingPublicKeySecret }}{{ $sources = append $sources "pem-existing" }}{{ end }}
-{{- if (.Values.config.auth | default dict).jwks_url }}{{ $sources = append $sources "jwks" }}{{ end }}
+{{- $auth := .Values.config.auth | default dict }}
+{{- if $auth.jwks_url }}{{ $sources = append $sources "jwks" }}{{ end }}
+{{- if $auth.discovery }}{{ $sources = append $sources "discovery" }}{{ end }}
+{{- if $auth.issuers }}{{ $sources = append $sources "issuers" }}{{ end }}
 {{- if gt (len $sources) 1 }}
-{{- fail (printf "more than one JWT key source is configured (%s): set exactly one of auth.jwtSecret, auth.existingSecret, auth.publicKey, auth.existingPublicKeySecret, config.auth.jwks_url" (join ", " $sources)) }}
+{{- fail (printf "more than one JWT key source is configured (%s): set exactly one of auth.jwtSecret, auth.existingSecret, auth.publicKey, auth.existingPublicKeySecret, config.auth.jwks_url, config.auth.discovery, config.auth.issuers" (join ", " $sources)) }}
 {{- end }}
 {{- if $sources }}{{ first $sources }}{{ else }}hs256-generated{{ end }}
 {{- end }}
@@ -385,13 +391,26 @@ Cross-field rules the schema cannot state clearly.
 {{- end }}
 {{- end }}
 {{- $source := include "foldgate.keySource" . }}
+{{- $auth := .Values.config.auth | default dict }}
+{{- if and $auth.discovery (not $auth.issuer) }}
+{{- fail "config.auth.discovery needs config.auth.issuer: the discovery document is found from the issuer" }}
+{{- end }}
+{{- if $auth.issuers }}
+{{- $single := list }}
+{{- range $name := list "issuer" "audience" "tenant_claim" "jwks_allow_http" }}
+{{- if and (hasKey $auth $name) (not (kindIs "invalid" (index $auth $name))) }}{{ $single = append $single (printf "config.auth.%s" $name) }}{{ end }}
+{{- end }}
+{{- if $single }}
+{{- fail (printf "config.auth.issuers replaces the single-issuer settings, but %s is set too: move it into each entry of config.auth.issuers" (join ", " $single)) }}
+{{- end }}
+{{- end }}
 {{- $console := .Values.config.console | default dict }}
 {{- if $console.oidc_client_id }}
-{{- if not (or $console.oidc_issuer (.Values.config.auth | default dict).issuer) }}
-{{- fail "config.console.oidc_client_id is set but there is no issuer to sign in with: set config.console.oidc_issuer or config.auth.issuer" }}
+{{- if not (or $console.oidc_issuer $auth.issuer $auth.issuers) }}
+{{- fail "config.console.oidc_client_id is set but there is no issuer to sign in with: set config.console.oidc_issuer, config.auth.issuer or config.auth.issuers" }}
 {{- end }}
 {{- if eq $source "hs256-generated" }}
-{{- fail "config.console.oidc_client_id is set but the gateway has no key to verify the provider's tokens with: set config.auth.jwks_url to the provider's JWKS (or auth.publicKey)" }}
+{{- fail "config.console.oidc_client_id is set but the gateway has no key to verify the provider's tokens with: set config.auth.discovery with config.auth.issuer, config.auth.jwks_url (or auth.publicKey), or config.auth.issuers" }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,6 +1,6 @@
-//! Bearer-token authentication, end to end: real signatures with the three
-//! key sources, a real JWKS server on a random port, and the middleware in
-//! front of a real axum router.
+//! Bearer-token authentication, end to end: real signatures with every key
+//! source, real JWKS and discovery servers on random ports, several trusted
+//! issuers, and the middleware in front of a real axum router.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::{
@@ -25,7 +25,8 @@ use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 use foldgate_auth::{
     AuthConfig, AuthError, AuthMode, AuthSetupError, AuthState, Authenticated, Authenticator,
     MintError, ProtectedResourceMetadata, SCOPE_READ, SCOPE_WRITE, Secret, auth_error_response,
-    authenticate_request, insufficient_scope_response, mint_hs256, resource_metadata_url,
+    authenticate_request, check_key_sources, insufficient_scope_response, mint_hs256,
+    resource_metadata_url,
 };
 use foldgate_domain::{Clock, ManualClock, Subject, TenantId};
 use http_body_util::BodyExt as _;
@@ -207,7 +208,9 @@ impl TestKey {
 /// RSA key generation is slow; one key serves the whole test binary.
 static RSA: LazyLock<TestKey> = LazyLock::new(TestKey::rsa);
 
+mod discovery;
 mod hs256;
+mod issuers;
 mod jwks;
 mod middleware;
 mod pem;

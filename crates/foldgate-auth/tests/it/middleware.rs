@@ -188,7 +188,8 @@ async fn error_descriptions_cannot_break_the_challenge() {
 fn protected_resource_metadata() {
     let url = resource_metadata_url(AUDIENCE).unwrap();
     assert_eq!(url, METADATA_URL);
-    let doc = serde_json::to_value(ProtectedResourceMetadata::new(AUDIENCE, Some(ISSUER))).unwrap();
+    let doc = serde_json::to_value(ProtectedResourceMetadata::new(AUDIENCE, &[ISSUER.to_owned()]))
+        .unwrap();
     assert_eq!(
         doc,
         json!({

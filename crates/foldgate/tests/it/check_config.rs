@@ -256,3 +256,85 @@ fn refuses_an_embeddings_model_that_does_not_speak_openai() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("embeddings_timeout_ms must be from 1 to 60000"), "{stderr}");
 }
+
+/// An identity provider on loopback with two realms: `a`, whose discovery
+/// document is its own, and `b`, whose document names another issuer.
+/// Returns its base URL.
+async fn provider_with_two_realms() -> String {
+    use axum::{Json, Router, routing::get};
+    use rsa::{RsaPrivateKey, pkcs1::EncodeRsaPrivateKey, pkcs8::LineEnding};
+    use serde_json::json;
+    let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).unwrap();
+    let pem = key.to_pkcs1_pem(LineEnding::LF).unwrap();
+    let encoding = jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap();
+    let jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&encoding, jsonwebtoken::Algorithm::RS256)
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let own = json!({"issuer": format!("{base}/realms/a"), "jwks_uri": format!("{base}/certs")});
+    let other = json!({"issuer": format!("{base}/realms/c"), "jwks_uri": format!("{base}/certs")});
+    let app = Router::new()
+        .route("/realms/a/.well-known/openid-configuration", get(move || async { Json(own) }))
+        .route("/realms/b/.well-known/openid-configuration", get(move || async { Json(other) }))
+        .route("/certs", get(move || async move { Json(json!({"keys": [jwk]})) }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_fetches_each_trusted_issuers_discovery_document_and_keys() {
+    let base = provider_with_two_realms().await;
+    let (a, b) = (format!("{base}/realms/a"), format!("{base}/realms/b"));
+    let toml = format!(
+        "[[auth.issuers]]\nissuer = \"{a}\"\ndiscovery = true\n\n\
+         [[auth.issuers]]\nissuer = \"{b}\"\ndiscovery = true\ntenant_claim = \"org\"\n"
+    );
+    let run = |toml: String, args: &'static [&'static str]| {
+        tokio::task::spawn_blocking(move || {
+            check_config_in(&tempfile::tempdir().unwrap(), &toml, &[], args)
+        })
+    };
+
+    // Without --connect, each issuer is listed and nothing is fetched.
+    let out = run(toml.clone(), &[]).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for issuer in [&a, &b] {
+        let line = format!(
+            "auth: issuer {issuer}: the JWKS of {issuer} (by discovery) (not fetched; --connect \
+             fetches the discovery document and the JWKS)"
+        );
+        assert!(stdout.lines().any(|l| l == line), "{line:?} in {stdout}");
+    }
+
+    // With it, issuer b's document is refused, and each issuer is reported.
+    let stderr = refused(&run(toml.clone(), &["--connect"]).await.unwrap());
+    assert!(stderr.contains("auth: 1 of 2 trusted issuers cannot be used"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "auth: issuer {a}: the JWKS of {a} at {base}/certs (by discovery): 1 usable signing \
+             keys"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "auth: issuer {b}: the JWKS of {b} (by discovery): the discovery document \
+             {b}/.well-known/openid-configuration names the issuer \"{base}/realms/c\", not \
+             \"{b}\""
+        )),
+        "{stderr}"
+    );
+
+    // Issuer a alone passes (with a database that --connect can reach).
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("check.db").display());
+    let migrated =
+        Command::new(FOLDGATE).args(["migrate", "--database-url", &db]).output().unwrap();
+    assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
+    let only_a = format!("database_url = \"{db}\"\n{}", toml.split("\n\n").next().unwrap());
+    let out = run(only_a, &["--connect"]).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("auth: issuer {a}: the JWKS of {a} at {base}/certs")));
+}

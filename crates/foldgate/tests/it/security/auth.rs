@@ -222,3 +222,157 @@ async fn repeated_members_cannot_smuggle_a_call_past_the_checks() {
     assert_eq!(reply.tool_result("nothing was created")["branch_id"], Value::Null);
     gw.stop().await;
 }
+
+/// An RSA key pair: the private key signs, the public one is published.
+struct RsaKey {
+    encoding: EncodingKey,
+    public_pem: String,
+}
+
+impl RsaKey {
+    fn generate() -> Self {
+        use rsa::{
+            RsaPrivateKey,
+            pkcs1::EncodeRsaPrivateKey,
+            pkcs8::{EncodePublicKey, LineEnding},
+        };
+        let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).unwrap();
+        let private_pem = key.to_pkcs1_pem(LineEnding::LF).unwrap();
+        Self {
+            encoding: EncodingKey::from_rsa_pem(private_pem.as_bytes()).unwrap(),
+            public_pem: key.to_public_key().to_public_key_pem(LineEnding::LF).unwrap(),
+        }
+    }
+
+    fn jwk(&self, kid: &str) -> Value {
+        let mut jwk =
+            jsonwebtoken::jwk::Jwk::from_encoding_key(&self.encoding, Algorithm::RS256).unwrap();
+        jwk.common.key_id = Some(kid.to_owned());
+        serde_json::to_value(jwk).unwrap()
+    }
+
+    fn sign(&self, kid: &str, claims: &Value) -> String {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(kid.to_owned());
+        jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
+    }
+}
+
+/// An identity provider on loopback that serves its discovery document
+/// and key set; returns its issuer.
+async fn discoverable_issuer(jwk: Value) -> String {
+    use axum::{Json, Router, routing::get};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let issuer = format!("{base}/realms/agents");
+    let document = json!({"issuer": issuer, "jwks_uri": format!("{base}/certs")});
+    let app = Router::new()
+        .route(
+            "/realms/agents/.well-known/openid-configuration",
+            get(move || async move { Json(document) }),
+        )
+        .route("/certs", get(move || async move { Json(json!({"keys": [jwk]})) }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    issuer
+}
+
+/// Two trusted issuers: tokens of each are verified with its own keys,
+/// audience and tenant claim; the metadata lists both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_trusted_issuers_each_with_its_own_audience_and_tenant_claim() {
+    // Arrange: issuer A found by discovery (the gateway's URL as audience,
+    // the tenant in `tenant`), issuer B by a PEM key (its own audience, the
+    // tenant in `org`).
+    let (key_a, key_b) = (RsaKey::generate(), RsaKey::generate());
+    let issuer_a = discoverable_issuer(key_a.jwk("a-1")).await;
+    let issuer_b = "https://login.example.com/tenant-id/v2.0";
+    let mut pem = tempfile::NamedTempFile::new().unwrap();
+    pem.write_all(key_b.public_pem.as_bytes()).unwrap();
+    let pem_path = pem.path().to_owned();
+    let gw = TestGateway::start_with(Backend::Sqlite, |c| {
+        use foldgate_api::auth::IssuerConfig;
+        c.auth.jwt_secret = None;
+        c.auth.issuers = vec![
+            IssuerConfig {
+                issuer: issuer_a.clone(),
+                discovery: true,
+                jwks_url: None,
+                public_key_file: None,
+                jwks_allow_http: false,
+                audience: None,
+                tenant_claim: "tenant".into(),
+            },
+            IssuerConfig {
+                issuer: issuer_b.into(),
+                discovery: false,
+                jwks_url: None,
+                public_key_file: Some(pem_path),
+                jwks_allow_http: false,
+                audience: Some("api://foldgate".into()),
+                tenant_claim: "org".into(),
+            },
+        ];
+    })
+    .await;
+    let claims_a =
+        |tenant: &str| patched(valid_claims(&gw), &json!({"iss": issuer_a, "tenant": tenant}));
+    let claims_b = |org: &str| {
+        json!({
+            "iss": issuer_b, "aud": "api://foldgate", "sub": "alice", "org": org,
+            "scope": "fold:read fold:write", "exp": now() + 600,
+        })
+    };
+
+    // Act and assert: the metadata names both authorization servers.
+    let metadata = send(reqwest::Client::new().get(metadata_url(&gw))).await;
+    assert_eq!(metadata.body["authorization_servers"], json!([issuer_a, issuer_b]));
+
+    // Alice's agent with A's token (tenant acme from `tenant`) creates a
+    // branch...
+    let agent_a = client(&gw.url, &key_a.sign("a-1", &claims_a("acme")), Era::Legacy).await;
+    let created = ok(&call(
+        &agent_a,
+        "branch_create",
+        json!({"session_id": "two-issuers", "description": "issuer A's work", "budget": 1024}),
+    )
+    .await);
+    let branch = created["branch_id"].clone();
+    // ...that she sees with B's token naming the same tenant (in `org`),
+    // and not with B's token naming another.
+    let acme_b = client(&gw.url, &key_b.sign("b-1", &claims_b("acme")), Era::Legacy).await;
+    let status = ok(&call(&acme_b, "branch_status", json!({"branch_id": branch})).await);
+    assert_eq!(status["status"], "active");
+    let globex_b = client(&gw.url, &key_b.sign("b-1", &claims_b("globex")), Era::Legacy).await;
+    let refused = call(&globex_b, "branch_status", json!({"branch_id": branch})).await;
+    assert_eq!(refusal(&refused).0, "branch_not_found");
+
+    let body = tool_call(Wire::Legacy, "branch_status", &json!({"session_id": "s"})).to_string();
+    let cases = [
+        (
+            key_a.sign("a-1", &patched(claims_a("acme"), &json!({"aud": "api://foldgate"}))),
+            "issuer A's token with issuer B's audience",
+        ),
+        (
+            key_b.sign("b-1", &patched(claims_b("acme"), &json!({"aud": gw.url}))),
+            "issuer B's token with issuer A's audience",
+        ),
+        (
+            key_b.sign("b-1", &patched(claims_b("acme"), &json!({"org": null, "tenant": "acme"}))),
+            "issuer B's token with the tenant in issuer A's claim",
+        ),
+        (
+            key_b.sign("b-1", &patched(claims_a("acme"), &json!({"iss": issuer_b}))),
+            "issuer B's name and key with issuer A's audience and tenant claim",
+        ),
+        (key_a.sign("a-1", &claims_b("acme")), "issuer B's claims signed by issuer A's key"),
+        (
+            key_a.sign("a-1", &patched(claims_a("acme"), &json!({"iss": "https://idp.example"}))),
+            "an issuer the gateway does not trust",
+        ),
+    ];
+    for (token, why) in cases {
+        let reply = post_raw(&gw, Some(&token), body.clone()).await;
+        assert_unauthorized(&reply, &gw, true, why);
+    }
+    gw.stop().await;
+}
