@@ -16,6 +16,8 @@ mod cache;
 mod claims;
 mod config;
 mod error;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod jwks;
 mod keys;
 mod metadata;

@@ -98,6 +98,17 @@ impl RuleSet {
         findings
     }
 
+    /// What the scanner reports in `text` before anything is redacted: the
+    /// byte span of each secret and the rule that found it. For the fuzz
+    /// targets in `fuzz/` (compiled only with `--cfg fuzzing`).
+    #[cfg(fuzzing)]
+    pub fn detect(&self, text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+        self.find(text)
+            .into_iter()
+            .map(|f| (f.start..f.end, self.rules[f.rule].id.as_str()))
+            .collect()
+    }
+
     /// Replaces the (merged) findings and every occurrence of their values.
     pub(crate) fn redact(
         &self,
