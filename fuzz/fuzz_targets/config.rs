@@ -7,7 +7,7 @@
 //! Invariants:
 //! - loading never panics, whatever the file and the variables hold;
 //! - a configuration that loads passes its own validation;
-//! - an error never repeats a secret: the value of a setting or variable
+//! - neither an error nor the configuration's `Debug` form repeats a secret: the value of a setting or variable
 //!   named for a secret, a password or a key, or the password of a database
 //!   URL.
 #![no_main]
@@ -78,6 +78,10 @@ fuzz_target!(|input: &[u8]| {
         Ok(config) => {
             if let Err(e) = config.validate() {
                 panic!("a loaded configuration fails validation: {e}");
+            }
+            let shown = format!("{config:?}");
+            for secret in &secrets {
+                assert!(!shown.contains(secret.as_str()), "`Debug` shows a secret: {secret:?}");
             }
         }
         Err(e) => {
