@@ -7,7 +7,7 @@
 //! checked against this build) and the JWKS fetched.
 
 use anyhow::Context as _;
-use foldgate_store::{ConnectOptions, redact_url};
+use foldgate_store::ConnectOptions;
 
 use crate::config::{AuthMode, Config};
 
@@ -33,7 +33,7 @@ pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<St
         lines.push(format!("auth: {source}"));
     }
     if connect {
-        let shown = redact_url(&config.database_url);
+        let shown = config.database_url.to_string();
         let options = ConnectOptions { max_connections: 1, ..config.connect_options() };
         let store = foldgate_store::connect(&options, false)
             .await
