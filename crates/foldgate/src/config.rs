@@ -195,7 +195,7 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                text.parse::<Table>().map_err(|e| format!("{}: {e}", path.display()))?
+                text.parse::<Table>().map_err(|e| toml_syntax_error(path, &text, &e))?
             }
             None => Table::new(),
         };
@@ -370,6 +370,19 @@ pub fn telemetry_from_env(
     Ok(config)
 }
 
+/// A TOML syntax error, placed by line and column but without the line
+/// itself, which may hold a secret.
+fn toml_syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim_end();
+    let Some(start) = e.span().map(|span| span.start.min(text.len())) else {
+        return format!("{}: {message}", path.display());
+    };
+    let before = text.get(..start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("{}: line {line}, column {column}: {message}", path.display())
+}
+
 /// The setting an environment variable sets, if any.
 fn setting_path(name: &str) -> Option<Vec<String>> {
     if let Some((_, path)) = ENV_ALIASES.iter().find(|(n, _)| *n == name) {
@@ -456,6 +469,19 @@ fn env_value(path: &[String], raw: String) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_syntax_error_is_placed_without_quoting_the_file() {
+        // Found by the `config` fuzz target: the error quoted the line, and
+        // with it whatever secret the line held.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("foldgate.toml");
+        std::fs::write(&file, "[auth]\njwt_secret = \"0123456789abcdef0123456789abcdef\" !\n")
+            .unwrap();
+        let e = Config::load(Some(&file), []).unwrap_err().to_string();
+        assert!(!e.contains("0123456789abcdef"), "{e}");
+        assert!(e.contains("line 2, column 49"), "{e}");
+    }
 
     #[test]
     fn debug_output_hides_the_database_password() {
