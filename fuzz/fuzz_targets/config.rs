@@ -7,9 +7,10 @@
 //! Invariants:
 //! - loading never panics, whatever the file and the variables hold;
 //! - a configuration that loads passes its own validation;
-//! - neither an error nor the configuration's `Debug` form repeats a secret: the value of a setting or variable
-//!   named for a secret, a password or a key, or the password of a database
-//!   URL.
+//! - neither an error nor the configuration's `Debug` form repeats a secret:
+//!   the value of a setting or variable named for a secret, a password, a
+//!   key or a token (but for its `${VAR}` references, which may be shown),
+//!   or the password of a URL.
 #![no_main]
 
 use std::{io::Write as _, sync::LazyLock};
@@ -25,18 +26,36 @@ fn secret_name(name: &str) -> bool {
     ["secret", "password", "api_key", "token"].iter().any(|s| name.contains(s))
 }
 
-/// The password of a URL (`scheme://user:password@host`), if it has one.
+/// The password of a URL (`scheme://user:password@host/…`), if it has one,
+/// as RFC 3986 reads it: the authority ends at the first `/`, `?` or `#`.
 fn url_password(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
-    let userinfo = rest.split_once('@')?.0;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let userinfo = authority.rsplit_once('@')?.0;
     Some(userinfo.split_once(':')?.1)
+}
+
+/// A credential's own text: without its `${VAR}` references, which name
+/// a variable and may be shown.
+fn literal(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        match rest[at..].find('}') {
+            Some(end) => rest = &rest[at + end + 1..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn toml_secrets(value: &toml::Value, name: &str, out: &mut Vec<String>) {
     match value {
         toml::Value::String(s) => {
             if secret_name(name) {
-                out.push(s.clone());
+                out.push(literal(s));
             }
             out.extend(url_password(s).map(str::to_owned));
         }
