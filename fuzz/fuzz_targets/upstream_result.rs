@@ -13,7 +13,8 @@
 //! - a cut result shows at most the room, or its marker alone when even that
 //!   is more than the room; what it shows is what it is counted as; it keeps
 //!   its content items in order and says it was cut;
-//! - a result that was a valid tool result stays one once cut.
+//! - a result that was a valid tool result stays one once cut, and an
+//!   answer that is not an object is never taken for one.
 #![no_main]
 
 use std::sync::LazyLock;
@@ -71,6 +72,11 @@ fuzz_target!(|input: &[u8]| {
         );
     }
     assert_eq!(delivered.total, tokens_of(&TOKENS, &scrubbed), "charged tokens");
+    if !scrubbed.is_object() {
+        // Not a tool result: the call fails as unreadable.
+        assert!(matches!(delivered.result, Some(Err(_))), "{:?}", delivered.result);
+        return;
+    }
     if let Some((cut, shown)) = &delivered.cut {
         let content = cut["content"].as_array().expect("a cut result has content");
         let marker = content.last().and_then(|m| m["text"].as_str()).expect("a marker");

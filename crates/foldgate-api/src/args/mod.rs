@@ -214,6 +214,7 @@ pub struct BranchStatusArgs {
     /// A branch to look at.
     branch_id: Option<String>,
     /// A session, to see its current (innermost active) branch.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     session_id: Option<String>,
 }
 
@@ -223,6 +224,7 @@ pub struct BranchStatusArgs {
 #[expect(dead_code, reason = "read through the JSON object; the struct is the schema")]
 pub struct SessionEndArgs {
     /// The session to end: every active branch in it is ended.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     session_id: String,
 }
 
