@@ -67,7 +67,7 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(after.len(), texts.len(), "scrubbing changed the answer's shape");
     for secret in &secrets {
         assert!(
-            !after.iter().any(|s| s.contains(secret.as_str())),
+            !after.iter().any(|s| unredacted(s).contains(secret.as_str())),
             "a reported secret survived scrubbing: {secret:?}"
         );
     }
@@ -96,3 +96,14 @@ fuzz_target!(|input: &[u8]| {
         assert!(matches!(delivered.result, Some(Ok(_))));
     }
 });
+
+/// A string with each redaction marker replaced by a NUL, so that a secret
+/// that happens to spell part of a marker is not taken for one that
+/// survived.
+fn unredacted(text: &str) -> String {
+    let mut text = text.to_owned();
+    for id in RULES.rule_ids() {
+        text = text.replace(&format!("[REDACTED:{id}]"), "\0");
+    }
+    text
+}
