@@ -18,6 +18,8 @@ mod call;
 mod config;
 pub mod error;
 mod exchange;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod guard;
 mod limit;
 pub mod memory;

@@ -473,6 +473,15 @@ fn parse_key_set(body: &[u8]) -> Result<Vec<JwksKey>, KeySourceError> {
     Ok(keys)
 }
 
+/// Each usable key of a JWKS document, its `kid` and algorithms: for the
+/// fuzz targets in `fuzz/` (built with `--cfg fuzzing`).
+#[cfg(fuzzing)]
+pub(crate) fn key_summaries(
+    body: &[u8],
+) -> Result<Vec<(Option<String>, Vec<Algorithm>)>, KeySourceError> {
+    parse_key_set(body).map(|keys| keys.into_iter().map(|k| (k.kid, k.algorithms)).collect())
+}
+
 fn usable_key(raw: serde_json::Value) -> Option<JwksKey> {
     let jwk: Jwk = serde_json::from_value(raw).ok()?;
     if jwk.common.public_key_use.as_ref().is_some_and(|u| *u != PublicKeyUse::Signature) {

@@ -20,6 +20,8 @@ mod claims;
 mod config;
 mod discovery;
 mod error;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod jwks;
 mod keys;
 mod metadata;

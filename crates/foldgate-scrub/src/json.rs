@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::error::ScrubError;
 use crate::report::Report;
 use crate::ruleset::RuleSet;
-use crate::scan::{Finding, SecretIndex};
+use crate::scan::{Finding, MAX_PASSES, SecretIndex};
 
 /// The result of scrubbing a JSON value.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +42,26 @@ impl RuleSet {
     /// size limit, [`ScrubError::TooDeep`] past the nesting limit,
     /// [`ScrubError::Internal`] if a detected value would survive.
     pub fn scrub_json(&self, value: &Value) -> Result<ScrubbedJson, ScrubError> {
+        // Passes until one finds nothing, as `scrub_text` makes them.
+        let mut scrubbed = self.scrub_json_once(value)?;
+        let mut passes = 1;
+        while !scrubbed.report.is_clean() {
+            let again = self.scrub_json_once(&scrubbed.value)?;
+            if again.report.is_clean() {
+                break;
+            }
+            passes += 1;
+            if passes > MAX_PASSES {
+                return Err(ScrubError::Internal("redacting does not settle"));
+            }
+            scrubbed.report.add(again.report);
+            scrubbed.value = again.value;
+        }
+        Ok(scrubbed)
+    }
+
+    /// One pass of [`RuleSet::scrub_json`].
+    fn scrub_json_once(&self, value: &Value) -> Result<ScrubbedJson, ScrubError> {
         let mut budget =
             Budget { bytes: 0, max_bytes: self.max_input_bytes, max_depth: self.max_json_depth };
         let mut strings: Vec<&str> = Vec::new();

@@ -38,6 +38,14 @@ impl Report {
         self.by_rule.get(rule_id).copied().unwrap_or(0)
     }
 
+    /// Adds another pass's counts to these.
+    pub(crate) fn add(&mut self, other: Report) {
+        for (rule, n) in other.by_rule {
+            *self.by_rule.entry(rule).or_insert(0) += n;
+        }
+        self.total += other.total;
+    }
+
     pub(crate) fn record(&mut self, rule_id: &str) {
         *self.by_rule.entry(rule_id.to_owned()).or_insert(0) += 1;
         self.total += 1;

@@ -18,6 +18,14 @@ use crate::report::Report;
 use crate::rules::{Candidate, Rule};
 use crate::ruleset::RuleSet;
 
+/// Most passes a scrub makes. Redacting shortens the text around a secret,
+/// and a rule whose pattern allows a bounded gap (`mysql … -p…`) may then
+/// reach a secret it could not before; so a text in which a pass found
+/// something is scanned again, until a pass finds nothing. Markers are
+/// never taken for secrets, so each pass leaves less unredacted text and
+/// the passes settle; past this many the text is refused (fail closed).
+pub(crate) const MAX_PASSES: usize = 8;
+
 /// Opening of every redaction marker.
 pub(crate) const MARKER_PREFIX: &str = "[REDACTED:";
 
@@ -49,6 +57,25 @@ impl RuleSet {
     /// limit, [`ScrubError::Internal`] if a detected value would survive.
     /// Either way the input must not be passed on.
     pub fn scrub_text(&self, text: &str) -> Result<Scrubbed, ScrubError> {
+        let mut scrubbed = self.scrub_text_once(text)?;
+        let mut passes = 1;
+        while !scrubbed.report.is_clean() {
+            let again = self.scrub_text_once(&scrubbed.text)?;
+            if again.report.is_clean() {
+                break;
+            }
+            passes += 1;
+            if passes > MAX_PASSES {
+                return Err(ScrubError::Internal("redacting does not settle"));
+            }
+            scrubbed.report.add(again.report);
+            scrubbed.text = again.text;
+        }
+        Ok(scrubbed)
+    }
+
+    /// One pass of [`RuleSet::scrub_text`].
+    fn scrub_text_once(&self, text: &str) -> Result<Scrubbed, ScrubError> {
         self.check_size(text.len())?;
         let findings = self.find(text);
         if findings.is_empty() {
@@ -96,6 +123,17 @@ impl RuleSet {
             find_rule(&self.rules[index], index, text, &mut findings);
         }
         findings
+    }
+
+    /// What the scanner reports in `text` before anything is redacted: the
+    /// byte span of each secret and the rule that found it. For the fuzz
+    /// targets in `fuzz/` (compiled only with `--cfg fuzzing`).
+    #[cfg(fuzzing)]
+    pub fn detect(&self, text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+        self.find(text)
+            .into_iter()
+            .map(|f| (f.start..f.end, self.rules[f.rule].id.as_str()))
+            .collect()
     }
 
     /// Replaces the (merged) findings and every occurrence of their values.

@@ -1,16 +1,54 @@
 //! Connecting to a database by URL, and the settings both backends share.
 
-use std::{sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 
 use crate::{PgStore, SqliteStore, Store, StoreError};
 
+/// A database URL. It may hold a password, so its `Debug` and `Display`
+/// forms are [redacted](redact_url); [`DatabaseUrl::expose`] gives the URL
+/// itself, for the one place that connects with it.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// The URL as configured, password included.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for DatabaseUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl From<&str> for DatabaseUrl {
+    fn from(url: &str) -> Self {
+        Self(url.to_owned())
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&redact_url(&self.0), f)
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
 /// Connection settings shared by both backends.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// `postgres://…`, `postgresql://…`, or `sqlite:PATH` / `sqlite://PATH`.
-    pub url: String,
+    pub url: DatabaseUrl,
     pub max_connections: u32,
     /// How long a request waits for a pooled connection before failing.
     pub acquire_timeout: Duration,
@@ -24,7 +62,7 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
-    pub fn new(url: impl Into<String>) -> Self {
+    pub fn new(url: impl Into<DatabaseUrl>) -> Self {
         Self {
             url: url.into(),
             max_connections: 10,
@@ -119,7 +157,7 @@ async fn connect_metered(
     migrate: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
 ) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match Backend::of_url(&options.url)? {
+    Ok(match Backend::of_url(options.url.expose())? {
         Backend::Postgres => {
             let mut store = PgStore::connect(options).await?;
             if migrate {

@@ -45,7 +45,8 @@ pub use admin::{
 pub use api::{PoolUsage, Store};
 pub use calls::{CallOutcome, CallRecord, CallSummary, OutsideUsage, ToolCalls};
 pub use connect::{
-    ACTIVITY_RESOLUTION, Backend, ConnectOptions, connect, connect_with_meter, migrate, redact_url,
+    ACTIVITY_RESOLUTION, Backend, ConnectOptions, DatabaseUrl, connect, connect_with_meter,
+    migrate, redact_url,
 };
 pub(crate) use connect::{activity_stale_before, check_migrated, pool_options};
 pub use error::{ErrorKind, StoreError};

@@ -27,7 +27,7 @@ pub type PgStore = SqlStore<Postgres>;
 
 impl SqlStore<Postgres> {
     pub async fn connect(options: &ConnectOptions) -> Result<Self, StoreError> {
-        let connect: PgConnectOptions = options.url.parse()?;
+        let connect: PgConnectOptions = options.url.expose().parse()?;
         Self::connect_with(connect, options).await
     }
 

@@ -26,8 +26,9 @@ pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {
     pub async fn connect(options: &ConnectOptions) -> Result<Self, StoreError> {
-        let connect: SqliteConnectOptions = options.url.parse()?;
-        let in_memory = options.url.contains(":memory:") || options.url.contains("mode=memory");
+        let connect: SqliteConnectOptions = options.url.expose().parse()?;
+        let in_memory = options.url.expose().contains(":memory:")
+            || options.url.expose().contains("mode=memory");
         let connect = connect
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)

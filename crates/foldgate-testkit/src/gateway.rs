@@ -41,7 +41,7 @@ pub struct TestGateway {
 
 /// The test config: the database, the signing secret, no idle polling.
 fn config(db_url: &str, tweak: impl FnOnce(&mut Config)) -> Config {
-    let mut config = Config { database_url: db_url.to_owned(), ..Config::default() };
+    let mut config = Config { database_url: db_url.into(), ..Config::default() };
     config.auth.jwt_secret = Some(Secret::new(SECRET));
     config.supervisor.idle_poll_interval = Duration::from_secs(3600);
     tweak(&mut config);

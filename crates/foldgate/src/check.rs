@@ -8,7 +8,7 @@
 //! and JWKS fetched.
 
 use anyhow::Context as _;
-use foldgate_store::{ConnectOptions, redact_url};
+use foldgate_store::ConnectOptions;
 
 use crate::config::{AuthMode, Config};
 
@@ -31,7 +31,7 @@ pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<St
         lines.extend(check_auth(config, connect).await?);
     }
     if connect {
-        let shown = redact_url(&config.database_url);
+        let shown = config.database_url.to_string();
         let options = ConnectOptions { max_connections: 1, ..config.connect_options() };
         let store = foldgate_store::connect(&options, false)
             .await

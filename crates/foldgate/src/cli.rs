@@ -4,7 +4,6 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use foldgate_store::redact_url;
 use foldgate_telemetry::{LogFormat, OtelSettings, Telemetry};
 
 use crate::{
@@ -174,7 +173,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             env.extend(database_url.map(|url| ("DATABASE_URL".to_owned(), url)));
             let config = Config::read(config.as_deref(), env).map_err(anyhow::Error::msg)?;
             init_logs(config.telemetry.log_format)?;
-            let shown = redact_url(&config.database_url);
+            let shown = config.database_url.to_string();
             foldgate_store::migrate(&config.connect_options())
                 .await
                 .with_context(|| format!("migrating {shown}"))?;
@@ -217,7 +216,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
             otel_settings()?;
             let checked = check::deep_check(&config, connect).await?;
-            println!("configuration is valid (database {})", redact_url(&config.database_url));
+            println!("configuration is valid (database {})", config.database_url.to_string());
             for line in checked {
                 println!("{line}");
             }

@@ -19,6 +19,7 @@ use foldgate_domain::ConfigError;
 use foldgate_engine::{FoldingConfig, MemoryConfig, RetentionConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
+use foldgate_store::DatabaseUrl;
 use foldgate_telemetry::TelemetryConfig;
 use serde::Deserialize;
 use toml::{Table, Value};
@@ -62,8 +63,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the operations listener (health probes, Prometheus `/metrics`).
     pub ops_listen: SocketAddr,
-    /// `postgres://…` or `sqlite://PATH`.
-    pub database_url: String,
+    /// `postgres://…` or `sqlite://PATH`; shown redacted.
+    pub database_url: DatabaseUrl,
     pub database: DatabaseConfig,
     /// Apply pending migrations at startup.
     pub migrate: bool,
@@ -99,7 +100,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             ops_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
-            database_url: "sqlite://foldgate.db".to_owned(),
+            database_url: "sqlite://foldgate.db".into(),
             database: DatabaseConfig::default(),
             migrate: false,
             auth_mode: AuthMode::Jwt,
@@ -194,7 +195,7 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                text.parse::<Table>().map_err(|e| format!("{}: {e}", path.display()))?
+                text.parse::<Table>().map_err(|e| toml_syntax_error(path, &text, &e))?
             }
             None => Table::new(),
         };
@@ -249,7 +250,7 @@ impl Config {
         if self.database.max_connections == 0 {
             return Err("[database] max_connections must be at least 1".into());
         }
-        foldgate_store::Backend::of_url(&self.database_url).map_err(|e| e.to_string())?;
+        foldgate_store::Backend::of_url(self.database_url.expose()).map_err(|e| e.to_string())?;
         for (i, upstream) in self.upstreams.iter().enumerate() {
             let section = format!("[[upstreams]] {:?}:", upstream.name);
             upstream.validate().map_err(|e| e.within(&section))?;
@@ -439,6 +440,19 @@ pub fn telemetry_from_env(
     Ok(config)
 }
 
+/// A TOML syntax error, placed by line and column but without the line
+/// itself, which may hold a secret.
+fn toml_syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim_end();
+    let Some(start) = e.span().map(|span| span.start.min(text.len())) else {
+        return format!("{}: {message}", path.display());
+    };
+    let before = text.get(..start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("{}: line {line}, column {column}: {message}", path.display())
+}
+
 /// The setting an environment variable sets, if any.
 fn setting_path(name: &str) -> Option<Vec<String>> {
     if let Some((_, path)) = ENV_ALIASES.iter().find(|(n, _)| *n == name) {
@@ -527,6 +541,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_syntax_error_is_placed_without_quoting_the_file() {
+        // Found by the `config` fuzz target: the error quoted the line, and
+        // with it whatever secret the line held.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("foldgate.toml");
+        std::fs::write(&file, "[auth]\njwt_secret = \"0123456789abcdef0123456789abcdef\" !\n")
+            .unwrap();
+        let e = Config::load(Some(&file), []).unwrap_err().to_string();
+        assert!(!e.contains("0123456789abcdef"), "{e}");
+        assert!(e.contains("line 2, column 49"), "{e}");
+    }
+
+    #[test]
+    fn debug_output_hides_the_database_password() {
+        // Found by the `config` fuzz target: `Debug` showed the URL whole.
+        for url in [
+            "postgres://foldgate:s3cret-password@db:5432/foldgate",
+            "postgres://db/foldgate?sslmode=require&password=s3cret-password",
+        ] {
+            let env = [("DATABASE_URL".to_owned(), url.to_owned())];
+            let config = Config::load(None, env).unwrap();
+            assert_eq!(config.database_url.expose(), url);
+            let shown = format!("{config:?}");
+            assert!(!shown.contains("s3cret-password"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+    }
+
+    #[test]
     fn kubernetes_service_links_are_not_settings() {
         for name in [
             "FOLDGATE_PORT",
@@ -559,7 +602,7 @@ mod tests {
     fn defaults_need_nothing() {
         let c = Config::load(None, env(&[])).unwrap();
         assert_eq!(c, Config::default());
-        assert_eq!(c.database_url, "sqlite://foldgate.db");
+        assert_eq!(c.database_url.expose(), "sqlite://foldgate.db");
     }
 
     #[test]
@@ -605,7 +648,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "0.0.0.0:8000", "from the file");
         assert_eq!(c.folding.max_depth, 4, "the environment wins");
         assert_eq!(c.folding.limits.max_active_per_tenant, 7);
-        assert_eq!(c.database_url, "postgres://db/foldgate");
+        assert_eq!(c.database_url.expose(), "postgres://db/foldgate");
         assert_eq!(c.api.allowed_hosts, vec!["a.example", "b.example"]);
         assert_eq!(c.api.rate_limit.burst, 3);
         assert!(c.auth.jwt_secret.is_some());

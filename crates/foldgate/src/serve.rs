@@ -15,7 +15,7 @@ use foldgate_engine::{
     Clock, EngineMetrics, FoldingService, MemoryBank, MemoryMetrics, StoreGauges, SystemClock,
     TokenCounter, scrubber_from_config, supervisor,
 };
-use foldgate_store::{Backend, redact_url};
+use foldgate_store::Backend;
 use foldgate_telemetry::Telemetry;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -86,9 +86,9 @@ pub async fn start(
 
     // The embedded database belongs to this process alone: keep its schema
     // current. Postgres is migrated by `foldgate migrate` (or `--migrate`).
-    let backend = Backend::of_url(&config.database_url)?;
+    let backend = Backend::of_url(config.database_url.expose())?;
     let migrate = config.migrate || backend == Backend::Sqlite;
-    let shown = redact_url(&config.database_url);
+    let shown = config.database_url.to_string();
     let options = config.connect_options();
     let store = foldgate_store::connect_with_meter(&options, migrate, &meter)
         .await

@@ -214,6 +214,7 @@ pub struct BranchStatusArgs {
     /// A branch to look at.
     branch_id: Option<String>,
     /// A session, to see its current (innermost active) branch.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     session_id: Option<String>,
 }
 
@@ -223,6 +224,7 @@ pub struct BranchStatusArgs {
 #[expect(dead_code, reason = "read through the JSON object; the struct is the schema")]
 pub struct SessionEndArgs {
     /// The session to end: every active branch in it is ended.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     session_id: String,
 }
 
@@ -437,12 +439,14 @@ impl<'a> Args<'a> {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
                 (Some(i), _) => Ok(Some(i)),
-                // 8192.0 is an integer in JSON Schema terms.
-                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 =>
+                // 8192.0 is an integer in JSON Schema terms, and so are 1e30
+                // and 2^64, which stand for "as much as there is" (a float
+                // cast saturates at the ends of i64).
+                (None, Some(f)) if f.fract() == 0.0 =>
                 {
                     #[expect(
                         clippy::cast_possible_truncation,
-                        reason = "checked integral and in range"
+                        reason = "integral; beyond i64 saturates, which every limit caps or refuses"
                     )]
                     Ok(Some(f as i64))
                 }

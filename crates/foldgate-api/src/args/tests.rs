@@ -153,3 +153,26 @@ fn schemas_name_every_argument_and_refuse_others() {
     let create = input_schema(FoldingTool::BranchCreate);
     assert_eq!(create["required"], json!(["session_id", "description"]));
 }
+
+/// Found by the `mcp_message` fuzz target: an integral number too large for
+/// an i64 (`1e16` as a float, `2^64`) satisfies the published schema
+/// (`"type": "integer"`, `"minimum": 256`) but was refused as not an integer.
+#[test]
+fn integers_beyond_i64_are_capped_like_any_large_one() {
+    let config = FoldingConfig::default();
+    for budget in [json!(1e16), json!(18_446_744_073_709_551_615_u64), json!(1e300)] {
+        let args = json!({"session_id": "s", "description": "d", "budget": budget, "timeout_seconds": 1e20});
+        let Parsed::Create(create) = parse_json(FoldingTool::BranchCreate, args).unwrap() else {
+            panic!("a create")
+        };
+        assert_eq!(create.budget.tokens(), config.budget.max_budget, "{budget}");
+        assert_eq!(create.timeout.seconds(), config.timeout.max_seconds);
+    }
+    let e = parse_json(
+        FoldingTool::BranchCreate,
+        json!({"session_id": "s", "description": "d", "budget": -1e20}),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "budget");
+    assert!(e.reason.contains("at least"), "{e}");
+}

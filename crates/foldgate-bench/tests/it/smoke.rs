@@ -19,7 +19,7 @@ use foldgate_testkit::{Backend, TestDb, gateway::serve_on_loopback};
 const SECRET: &str = "bench-smoke-signing-secret-0123456789abcdef";
 
 async fn gateway(db: &TestDb) -> serve::Running {
-    let mut config = Config { database_url: db.url.clone(), ..Config::default() };
+    let mut config = Config { database_url: db.url.as_str().into(), ..Config::default() };
     config.auth.jwt_secret = Some(Secret::new(SECRET));
     config.api.rate_limit.per_second = 100_000;
     config.api.rate_limit.burst = 100_000;

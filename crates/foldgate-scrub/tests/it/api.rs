@@ -401,3 +401,23 @@ fn rule_set_is_shareable_across_threads() {
         assert_eq!(h.join().unwrap(), 1);
     }
 }
+
+/// Found by the `scrub` fuzz target: a secret reached by a rule only once
+/// another secret before it was redacted (the `mysql … -p…` rule allows at
+/// most 100 characters between the two) survived a single pass.
+#[test]
+fn a_secret_reached_only_after_a_redaction_is_redacted_too() {
+    let long = crate::common::secret("{an:110}", "first-password");
+    let flag = crate::common::secret("{an:14}", "mysql-flag");
+    let text = format!("mysql -u ro password:{long} -p{flag} appdb");
+    let rules = builtin();
+
+    let scrubbed = rules.scrub_text(&text).unwrap();
+
+    assert!(!scrubbed.text.contains(&long), "{}", scrubbed.text);
+    assert!(!scrubbed.text.contains(&flag), "{}", scrubbed.text);
+    assert_eq!(scrubbed.report.count("cli-password-argument"), 1, "{:?}", scrubbed.report);
+    assert!(rules.scrub_text(&scrubbed.text).unwrap().report.is_clean());
+    let in_json = rules.scrub_json(&json!({"command": text})).unwrap();
+    assert_eq!(in_json.value["command"], json!(scrubbed.text));
+}

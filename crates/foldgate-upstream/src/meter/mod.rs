@@ -602,5 +602,8 @@ fn cut_text(tokens: &TokenCounter, text: &str, room: Tokens, total: Tokens, why:
     cut
 }
 
+#[cfg(fuzzing)]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use serde_json::json;
 async fn zero_config_prints_a_token_that_works() {
     let db = TestDb::sqlite().await;
     // Nothing configured but where the database file goes.
-    let config = Config { database_url: db.url.clone(), ..Config::default() };
+    let config = Config { database_url: db.url.as_str().into(), ..Config::default() };
     let running = serve_on_loopback(config, Telemetry::local()).await;
     let dev = running.dev_token.clone().expect("a development token");
     assert!(dev.secret.len() >= 32);
