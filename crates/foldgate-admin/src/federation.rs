@@ -17,7 +17,7 @@ use crate::{
     AdminState,
     access::Operator,
     error::AdminError,
-    extract::{BodyOf, Params},
+    extract::{DeclarationOf, FormerNames, Params},
     routes::{audit_entry, log_change},
 };
 
@@ -296,6 +296,14 @@ trait Declaration: Serialize {
     fn buildable(&self, state: &AdminState) -> Result<(), String>;
 }
 
+impl FormerNames for UpstreamConfig {
+    const RENAMED: &'static [foldgate_domain::duration::Renamed] = Self::RENAMED;
+}
+
+impl FormerNames for ModelConfig {
+    const RENAMED: &'static [foldgate_domain::duration::Renamed] = Self::RENAMED;
+}
+
 impl Declaration for UpstreamConfig {
     const KIND: RegistrationKind = RegistrationKind::Upstream;
 
@@ -358,7 +366,7 @@ impl Declaration for ModelConfig {
 pub async fn register_upstream(
     State(state): State<AdminState>,
     operator: Operator,
-    BodyOf(config): BodyOf<UpstreamConfig>,
+    DeclarationOf(config): DeclarationOf<UpstreamConfig>,
 ) -> Result<(StatusCode, Json<UpstreamView>), AdminError> {
     let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(upstream_view(&config, None, None, Some(&registration)))))
@@ -380,7 +388,7 @@ pub async fn register_upstream(
 pub async fn register_model(
     State(state): State<AdminState>,
     operator: Operator,
-    BodyOf(config): BodyOf<ModelConfig>,
+    DeclarationOf(config): DeclarationOf<ModelConfig>,
 ) -> Result<(StatusCode, Json<ModelView>), AdminError> {
     let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(model_view(&config, None, None, Some(&registration)))))

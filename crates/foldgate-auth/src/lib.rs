@@ -126,7 +126,7 @@ impl Authenticator {
     /// expiry and the JWKS refresh interval.
     ///
     /// With a JWKS URL this fetches the key set once (waiting at most
-    /// `jwks_timeout_seconds`); a failure is logged and the fetch retried
+    /// `jwks_timeout`); a failure is logged and the fetch retried
     /// when a token needs it. A PEM file that cannot be read or parsed is an
     /// error.
     pub async fn with_clock(
@@ -139,13 +139,11 @@ impl Authenticator {
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
             tenant_claim: config.tenant_claim.clone(),
-            leeway: TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
-                .unwrap_or_default(),
+            leeway: TimeDelta::from_std(config.leeway).unwrap_or_default(),
         };
         let verified = TokenCache::new(
             config.token_cache_entries,
-            TimeDelta::try_seconds(i64::try_from(config.token_cache_seconds).unwrap_or(0))
-                .unwrap_or_default(),
+            TimeDelta::from_std(config.token_cache_ttl).unwrap_or_default(),
         );
         Ok(Self { inner: Arc::new(Inner { source, rules, clock, verified }) })
     }

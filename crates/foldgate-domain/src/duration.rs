@@ -294,12 +294,13 @@ impl Renamed {
 }
 
 /// The first setting of `renamed` that `has` says is given under both its
-/// names, as an error naming both.
-pub fn both_names(renamed: &[Renamed], has: impl Fn(&str) -> bool) -> Result<(), String> {
+/// names, as an error naming both, each after `at` (`"auth."`, `""`).
+pub fn both_names(renamed: &[Renamed], at: &str, has: impl Fn(&str) -> bool) -> Result<(), String> {
     match renamed.iter().find(|r| has(r.old) && has(r.new)) {
         Some(r) => Err(format!(
-            "{} and {} are one setting ({} is its former name): set only {}",
-            r.new, r.old, r.old, r.new
+            "{at}{new} and {at}{old} are one setting ({old} is its former name): set only {new}",
+            new = r.new,
+            old = r.old
         )),
         None => Ok(()),
     }
@@ -464,9 +465,13 @@ mod tests {
     #[test]
     fn both_names_are_refused() {
         let renamed = [Renamed::new("timeout_seconds", "timeout")];
-        both_names(&renamed, |n| n == "timeout").unwrap();
-        both_names(&renamed, |n| n == "timeout_seconds").unwrap();
-        let e = both_names(&renamed, |_| true).unwrap_err();
-        assert!(e.contains("timeout and timeout_seconds are one setting"), "{e}");
+        both_names(&renamed, "", |n| n == "timeout").unwrap();
+        both_names(&renamed, "", |n| n == "timeout_seconds").unwrap();
+        let e = both_names(&renamed, "x.", |_| true).unwrap_err();
+        assert_eq!(
+            e,
+            "x.timeout and x.timeout_seconds are one setting (timeout_seconds is its former \
+             name): set only timeout"
+        );
     }
 }
