@@ -247,7 +247,7 @@ async fn registrations_take_durations_with_units_or_former_names(backend: Backen
         (
             "/upstreams",
             upstream("u", json!({"refresh_seconds": -1})),
-            "refresh_interval: expected a duration".to_owned(),
+            "refresh_seconds: expected a duration".to_owned(),
         ),
         (
             "/upstreams",
@@ -268,7 +268,7 @@ async fn registrations_take_durations_with_units_or_former_names(backend: Backen
     }
 
     for (path, declared) in [
-        ("/upstreams", upstream("by-units", json!({"timeout": "1m30s", "refresh_interval": "500ms"}))),
+        ("/upstreams", upstream("by-units", json!({"timeout": "1m30s", "refresh_interval": "1500ms"}))),
         ("/upstreams", upstream("by-former-names", json!({"timeout_seconds": 20, "refresh_seconds": 2}))),
         ("/upstreams", upstream("by-numbers", json!({"timeout": 20}))),
         ("/models", model("by-units", json!({"timeout": "2m"}))),
@@ -293,7 +293,7 @@ async fn registrations_take_durations_with_units_or_former_names(backend: Backen
     };
     assert_eq!(
         timings(detail("by-units", "upstream")),
-        (json!("1m 30s"), Some(json!("500ms")), None)
+        (json!("1m 30s"), Some(json!("1s 500ms")), None)
     );
     assert_eq!(
         timings(detail("by-former-names", "upstream")),
