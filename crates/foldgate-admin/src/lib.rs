@@ -202,7 +202,10 @@ mod tests {
             let properties = &schemas[schema]["properties"];
             assert_eq!(properties[field]["$ref"], "#/components/schemas/Duration", "{schema}");
             assert!(
-                properties[field]["description"].as_str().unwrap().contains("whole number of seconds"),
+                properties[field]["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("whole number of seconds"),
                 "{schema}.{field}: {}",
                 properties[field]
             );

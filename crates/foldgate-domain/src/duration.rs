@@ -166,7 +166,7 @@ fn count<U: Unit>(n: u64) -> Option<Duration> {
 
 /// The duration, if the setting keeps it as it is.
 fn whole<U: Unit>(value: Duration) -> Result<Duration, Problem> {
-    if U::WHOLE && value.as_nanos() % U::ONE.as_nanos() != 0 {
+    if U::WHOLE && !value.as_nanos().is_multiple_of(U::ONE.as_nanos()) {
         return Err(Problem::NotWhole);
     }
     Ok(value)
@@ -190,7 +190,10 @@ impl Problem {
             Self::NotADuration => String::new(),
             Self::Negative => ", which is negative".to_owned(),
             Self::Fraction(Some(written)) => {
-                format!(", which is not a whole number: write it with units, as {:?}", show(written))
+                format!(
+                    ", which is not a whole number: write it with units, as {:?}",
+                    show(written)
+                )
             }
             Self::Fraction(None) => format!(", which is not a whole number of {}", U::NAME),
             Self::TooLong => ", which is too long".to_owned(),
@@ -388,7 +391,8 @@ mod tests {
 
     #[test]
     fn every_mistake_is_refused_saying_what_is_accepted() {
-        let seconds = r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
+        let seconds =
+            r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
         let cases: &[(&str, &str)] = &[
             ("\"5 parsecs\"", "got \"5 parsecs\""),
             ("\"\"", "got \"\""),

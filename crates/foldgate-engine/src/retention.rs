@@ -74,7 +74,12 @@ impl RetentionConfig {
             ("audit", self.audit),
             ("usage", self.usage),
         ] {
-            duration::check_range(&format!("retention {name}"), kept, Duration::ZERO, LONGEST_KEPT)?;
+            duration::check_range(
+                &format!("retention {name}"),
+                kept,
+                Duration::ZERO,
+                LONGEST_KEPT,
+            )?;
         }
         if !(1..=10_000).contains(&self.batch_size) {
             return Err("retention batch_size must be between 1 and 10000".into());

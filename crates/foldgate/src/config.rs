@@ -814,7 +814,8 @@ mod tests {
             ("database", "acquire_timeout", S, |c| c.database.acquire_timeout),
         ];
         // (TOML value, environment value, the duration for a unit)
-        let forms: &[(&str, &str, fn(Duration) -> Duration)] = &[
+        type Of = fn(Duration) -> Duration;
+        let forms: &[(&str, &str, Of)] = &[
             ("7", "7", |unit| 7 * unit),
             ("\"500ms\"", "500ms", |_| 500 * MS),
             ("\"30s\"", "30s", |_| 30 * S),
@@ -843,7 +844,8 @@ mod tests {
         let mut all = Vec::new();
         for (section, renamed) in RENAMED {
             for r in *renamed {
-                let var = format!("FOLDGATE_{}__{}", section.join("__"), r.old).to_ascii_uppercase();
+                let var =
+                    format!("FOLDGATE_{}__{}", section.join("__"), r.old).to_ascii_uppercase();
                 all.push((
                     format!("[{}]\n{} = 7\n", section.join("."), r.old),
                     format!("[{}]\n{} = 7\n", section.join("."), r.new),
@@ -895,8 +897,10 @@ mod tests {
         let old_file = "[auth]\njwks_timeout_seconds = 5\n[runner]\nlease_seconds = 40\n";
         let new_file = "[auth]\njwks_timeout = \"5s\"\n[runner]\nlease = \"40s\"\n";
         let new_vars = [("FOLDGATE_AUTH__JWKS_TIMEOUT", "9s"), ("FOLDGATE_RUNNER__LEASE", "1m")];
-        let old_vars =
-            [("FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS", "9"), ("FOLDGATE_RUNNER__LEASE_SECONDS", "60")];
+        let old_vars = [
+            ("FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS", "9"),
+            ("FOLDGATE_RUNNER__LEASE_SECONDS", "60"),
+        ];
         for file in [old_file, new_file] {
             assert_eq!(unchecked(file, &[]).unwrap().auth.jwks_timeout, Duration::from_secs(5));
             for vars in [&new_vars, &old_vars] {
@@ -945,7 +949,8 @@ mod tests {
 
     #[test]
     fn a_bad_duration_is_reported_naming_the_setting_and_the_forms_accepted() {
-        let seconds = r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
+        let seconds =
+            r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
         let (_dir, path) = file("[auth]\njwks_timeout = \"5 parsecs\"\n");
         let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert_eq!(e, format!("configuration: auth.jwks_timeout: {seconds}; got \"5 parsecs\""));
@@ -959,7 +964,8 @@ mod tests {
                 )
             );
         }
-        let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        type Vars<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(&str, Vars<'_>, &str)] = &[
             ("", &[("FOLDGATE_RUNNER__LEASE", "-5")], "got -5, which is negative"),
             ("", &[("FOLDGATE_RUNNER__LEASE", "-5s")], "got \"-5s\", which is negative"),
             ("[runner]\nlease = -5\n", &[], "runner.lease: expected"),

@@ -29,12 +29,7 @@ impl Model {
         let started = std::time::Instant::now();
         let request = EmbedRequest::new_batch(texts.to_vec());
         let call = self.client.exec_embed(self.target(), request, None);
-        let result = match tokio::time::timeout(
-            self.config.timeout,
-            call,
-        )
-        .await
-        {
+        let result = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_elapsed) => Err(Fault {
                 kind: FaultKind::Timeout,
                 detail: format!("no answer within {}", duration::show(self.config.timeout)),

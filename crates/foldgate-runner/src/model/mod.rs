@@ -235,18 +235,19 @@ impl Model {
         loop {
             attempt += 1;
             let started = std::time::Instant::now();
-            let result = tokio::time::timeout(
-                self.config.timeout,
-                self.attempt(request.clone(), &options),
-            )
-            .await
-            .unwrap_or_else(|_elapsed| {
-                Err(Fault {
-                    kind: FaultKind::Timeout,
-                    detail: format!("no answer within {}", duration::show(self.config.timeout)),
-                    retry_after: None,
-                })
-            });
+            let result =
+                tokio::time::timeout(self.config.timeout, self.attempt(request.clone(), &options))
+                    .await
+                    .unwrap_or_else(|_elapsed| {
+                        Err(Fault {
+                            kind: FaultKind::Timeout,
+                            detail: format!(
+                                "no answer within {}",
+                                duration::show(self.config.timeout)
+                            ),
+                            retry_after: None,
+                        })
+                    });
             observer.attempt(
                 &self.config,
                 started.elapsed(),

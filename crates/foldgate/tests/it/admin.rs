@@ -678,7 +678,10 @@ async fn upstreams_and_models_are_listed_with_their_health(backend: Backend) {
 }
 
 async fn retention_deletes_old_trees_while_the_gateway_runs(backend: Backend) {
-    let gw = TestGateway::start_with(backend, |c| c.retention.interval = std::time::Duration::from_secs(1)).await;
+    let gw = TestGateway::start_with(backend, |c| {
+        c.retention.interval = std::time::Duration::from_secs(1)
+    })
+    .await;
     let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
     for session in ["old", "new"] {
         let created =

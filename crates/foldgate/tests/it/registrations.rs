@@ -211,8 +211,8 @@ async fn registrations_are_live_on_every_replica_without_a_restart(backend: Back
 /// that is no duration, are refused naming the field. The declaration is
 /// kept under the new names, and read back from the database.
 async fn registrations_take_durations_with_units_or_former_names(backend: Backend) {
-    let gw = TestGateway::start_with(backend, |c| c.admin.credential_env_prefix = PREFIX.into())
-        .await;
+    let gw =
+        TestGateway::start_with(backend, |c| c.admin.credential_env_prefix = PREFIX.into()).await;
     let deployment = Admin::deployment(&gw);
     let upstream = |name: &str, durations: Value| {
         let mut declared = json!({"name": name, "url": "http://127.0.0.1:9/mcp"});
@@ -268,8 +268,14 @@ async fn registrations_take_durations_with_units_or_former_names(backend: Backen
     }
 
     for (path, declared) in [
-        ("/upstreams", upstream("by-units", json!({"timeout": "1m30s", "refresh_interval": "1500ms"}))),
-        ("/upstreams", upstream("by-former-names", json!({"timeout_seconds": 20, "refresh_seconds": 2}))),
+        (
+            "/upstreams",
+            upstream("by-units", json!({"timeout": "1m30s", "refresh_interval": "1500ms"})),
+        ),
+        (
+            "/upstreams",
+            upstream("by-former-names", json!({"timeout_seconds": 20, "refresh_seconds": 2})),
+        ),
         ("/upstreams", upstream("by-numbers", json!({"timeout": 20}))),
         ("/models", model("by-units", json!({"timeout": "2m"}))),
         ("/models", model("by-former-name", json!({"timeout_seconds": 45}))),
@@ -289,7 +295,11 @@ async fn registrations_take_durations_with_units_or_former_names(backend: Backen
             .unwrap_or_else(|| panic!("{kind} {name} in {audit}"))
     };
     let timings = |d: Value| {
-        (d["timeout"].clone(), d.get("refresh_interval").cloned(), d.get("timeout_seconds").cloned())
+        (
+            d["timeout"].clone(),
+            d.get("refresh_interval").cloned(),
+            d.get("timeout_seconds").cloned(),
+        )
     };
     assert_eq!(
         timings(detail("by-units", "upstream")),
