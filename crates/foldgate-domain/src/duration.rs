@@ -79,6 +79,11 @@ impl Unit for WholeSeconds {
     const EXAMPLES: &'static str = r#""30s", "5m" or "1h""#;
 }
 
+/// The text [`parse`] accepts, as a regular expression (ECMA-262 and Rust
+/// syntax alike) for the documents that describe settings: the admin API's
+/// OpenAPI document and the Helm chart's values schema.
+pub const TEXT_PATTERN: &str = r"^\s*([0-9]+\s*|([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+)$";
+
 /// Reads a duration setting: text with units, or a whole number of `U`.
 /// The error says which forms are accepted; the configuration loader (or
 /// the admin API) adds the setting's name.
@@ -327,7 +332,7 @@ impl utoipa::PartialSchema for DurationSchema {
             .item(
                 ObjectBuilder::new()
                     .schema_type(Type::String)
-                    .pattern(Some(r"^\s*([0-9]+\s*|([0-9]+(\.[0-9]+)?\s*[A-Za-zµ]+\s*)+)$"))
+                    .pattern(Some(TEXT_PATTERN))
                     .examples(["30s", "500ms", "1m30s"]),
             )
             .item(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
@@ -428,6 +433,40 @@ mod tests {
             );
         }
         assert_eq!(read::<WholeSeconds>("\"2000ms\""), Ok(2 * S), "whole, however written");
+    }
+
+    #[test]
+    fn the_published_pattern_accepts_what_the_parser_does() {
+        let pattern = regex::Regex::new(TEXT_PATTERN).unwrap();
+        for text in [
+            "30",
+            " 30 ",
+            "30s",
+            "500ms",
+            "5m",
+            "1h",
+            "1m30s",
+            "1m 30s",
+            "2 days",
+            "1.5s",
+            "1hour 12min 5s",
+            "3w",
+            "1µs",
+            "0s",
+            "10 M",
+            "5 parsecs",
+            "",
+            "s",
+            "-5s",
+            "1.s",
+            "1.5",
+            "30 s x",
+            "1m,30s",
+            "+5s",
+            "1e3s",
+        ] {
+            assert_eq!(pattern.is_match(text), parse::<Seconds>(text).is_ok(), "{text:?}");
+        }
     }
 
     #[test]

@@ -893,6 +893,58 @@ mod tests {
     }
 
     #[test]
+    fn the_documents_list_every_former_name_and_the_duration_syntax() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let docs = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
+        let schema =
+            std::fs::read_to_string(format!("{root}/helm/foldgate/values.schema.json")).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(&schema).unwrap();
+        assert_eq!(
+            schema["definitions"]["duration"]["pattern"],
+            duration::TEXT_PATTERN,
+            "the chart takes the text the gateway does"
+        );
+        let mut rows = Vec::new();
+        for (section, renamed) in RENAMED {
+            for r in *renamed {
+                let at = section.join(".");
+                rows.push(format!("| `{at}.{}` | `{at}.{}` |", r.old, r.new));
+            }
+        }
+        for (list, renamed) in RENAMED_IN_LISTS {
+            for r in *renamed {
+                rows.push(format!("| `[[{list}]] {}` | `[[{list}]] {}` |", r.old, r.new));
+            }
+        }
+        for row in rows {
+            assert!(docs.contains(&row), "docs/configuration.md lacks {row}");
+        }
+        // The chart's schema takes both names of every renamed setting it
+        // exposes (it leaves `[memory]` out), the former one deprecated.
+        let config = &schema["properties"]["config"]["properties"];
+        let mut exposed = 0;
+        let sections = RENAMED.iter().map(|(section, renamed)| {
+            let node = section.iter().fold(config, |node, key| &node[*key]["properties"]);
+            (section.join("."), node, *renamed)
+        });
+        let lists = RENAMED_IN_LISTS.iter().map(|(list, renamed)| {
+            ((*list).to_owned(), &config[*list]["items"]["properties"], *renamed)
+        });
+        for (at, properties, renamed) in sections.chain(lists) {
+            if properties.is_null() {
+                assert_eq!(at, "memory", "the chart exposes [{at}]");
+                continue;
+            }
+            for r in renamed {
+                assert!(properties[r.new].is_object(), "the chart's {at}.{}", r.new);
+                assert_eq!(properties[r.old]["deprecated"], true, "the chart's {at}.{}", r.old);
+                exposed += 1;
+            }
+        }
+        assert_eq!(exposed, 18);
+    }
+
+    #[test]
     fn the_environment_overrides_the_file_whichever_name_each_uses() {
         let old_file = "[auth]\njwks_timeout_seconds = 5\n[runner]\nlease_seconds = 40\n";
         let new_file = "[auth]\njwks_timeout = \"5s\"\n[runner]\nlease = \"40s\"\n";
