@@ -194,6 +194,14 @@ impl Problem {
         let why = match self {
             Self::NotADuration => String::new(),
             Self::Negative => ", which is negative".to_owned(),
+            Self::Fraction(Some(written))
+                if written.as_nanos().is_multiple_of(U::ONE.as_nanos()) =>
+            {
+                format!(
+                    ", a decimal number: write it as a whole number, or with units, as {:?}",
+                    show(written)
+                )
+            }
             Self::Fraction(Some(written)) => {
                 format!(
                     ", which is not a whole number: write it with units, as {:?}",
@@ -256,7 +264,8 @@ impl<U: Unit> de::Visitor<'_> for DurationVisitor<U> {
             let written = Duration::try_from_secs_f64(n * U::ONE.as_secs_f64()).ok();
             Problem::Fraction(written.filter(|w| whole::<U>(*w).is_ok()))
         };
-        Err(Self::refuse(problem, n))
+        // `{:?}` keeps the decimal point: 30.0, not 30.
+        Err(Self::refuse(problem, format!("{n:?}")))
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
@@ -418,6 +427,13 @@ mod tests {
         assert!(e.contains("or a whole number of milliseconds; got \"5 parsecs\""), "{e}");
         let e = read::<Days>(&u64::MAX.to_string()).unwrap_err();
         assert!(e.contains("whole number of days; got 18446744073709551615, which is too long"));
+        let e = read::<Seconds>("30.0").unwrap_err();
+        assert!(
+            e.contains(
+                r#"got 30.0, a decimal number: write it as a whole number, or with units, as "30s""#
+            ),
+            "{e}"
+        );
         let e = read::<WholeSeconds>("1.5").unwrap_err();
         assert!(e.contains("got 1.5, which is not a whole number of seconds"), "{e}");
     }
