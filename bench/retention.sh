@@ -67,9 +67,9 @@ max_active_total = 1000000
 creations_per_minute = 1000000
 
 [retention]
-branches_days = $1
-sessions_days = $1
-interval_seconds = 5
+branches = "$1d"
+sessions = "$1d"
+interval = "5s"
 TOML
 }
 

@@ -30,7 +30,7 @@ RUN_ID=kill$(date +%s)
 CLAIM_LEASE_MS=3000
 write_config "$OUT/foldgate.toml" "
 [supervisor]
-claim_lease = $CLAIM_LEASE_MS"
+claim_lease = \"${CLAIM_LEASE_MS}ms\""
 echo "figures and logs in $OUT"
 
 start_gateway "$PORT" "$OPS" "$DB_URL" "$OUT/foldgate.toml" "$OUT/gateway-1.log"

@@ -102,7 +102,7 @@ fast_503() {
         [[ $status == 503 && $code == -32004 ]] || return 1
     done
 }
-# A call may wait for a connection (database.acquire_timeout_seconds) when
+# A call may wait for a connection (database.acquire_timeout) when
 # it is the one that tries the database again; the others must not wait.
 mostly_fast() {
     local probe status secs code slow=0

@@ -27,7 +27,7 @@ OPS=$(free_port)
 write_config "$OUT/foldgate.toml"
 # The timeouts are [api] settings: prepend them so that they land in [api]
 # and not in the last table of the file.
-{ printf '[api]\nrequest_timeout = 5\nheader_read_timeout = 5\n\n'; cat "$OUT/foldgate.toml"; } >"$OUT/foldgate.toml.new"
+{ printf '[api]\nrequest_timeout = "5s"\nheader_read_timeout = "5s"\n\n'; cat "$OUT/foldgate.toml"; } >"$OUT/foldgate.toml.new"
 mv "$OUT/foldgate.toml.new" "$OUT/foldgate.toml"
 echo "figures and logs in $OUT"
 ulimit -n 65536 2>/dev/null || true

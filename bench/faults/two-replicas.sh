@@ -24,7 +24,7 @@ PORT_A=$(free_port) OPS_A=$(free_port) PORT_B=$(free_port) OPS_B=$(free_port)
 RUN_ID=repl$(date +%s)
 write_config "$OUT/foldgate.toml" "
 [supervisor]
-claim_lease = $CLAIM_LEASE_MS"
+claim_lease = \"${CLAIM_LEASE_MS}ms\""
 echo "figures and logs in $OUT"
 
 start_gateway "$PORT_A" "$OPS_A" "$DB_URL" "$OUT/foldgate.toml" "$OUT/gateway-a.log"

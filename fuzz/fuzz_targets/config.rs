@@ -106,7 +106,10 @@ fuzz_target!(|input: &[u8]| {
         Err(e) => {
             let message = e.to_string();
             for secret in &secrets {
-                assert!(!message.contains(secret.as_str()), "the error repeats a secret: {message}");
+                assert!(
+                    !message.contains(secret.as_str()),
+                    "the error repeats a secret: {message}"
+                );
             }
         }
     }

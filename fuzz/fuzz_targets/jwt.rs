@@ -142,7 +142,8 @@ fuzz_target!(|input: &[u8]| {
             Some(at) => (&rest[..at], &rest[at + 1..]),
             None => (rest, &b""[..]),
         };
-        let signed = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims));
+        let signed =
+            format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims));
         let Ok(signature) = jsonwebtoken::crypto::sign(signed.as_bytes(), &kind.signing, kind.alg)
         else {
             return;
@@ -169,7 +170,10 @@ fuzz_target!(|input: &[u8]| {
         "wrong audience accepted: {aud}"
     );
     assert_eq!(claims.get("sub").and_then(Value::as_str), Some(caller.principal.subject.as_str()));
-    assert_eq!(claims.get("tenant").and_then(Value::as_str), Some(caller.principal.tenant.as_str()));
+    assert_eq!(
+        claims.get("tenant").and_then(Value::as_str),
+        Some(caller.principal.tenant.as_str())
+    );
     let named: BTreeSet<String> =
         words(claims.get("scope")).into_iter().chain(words(claims.get("scp"))).collect();
     assert!(caller.scopes.is_subset(&named), "scopes {:?} beyond {named:?}", caller.scopes);

@@ -28,14 +28,25 @@ static SCHEMAS: LazyLock<Vec<(FoldingTool, jsonschema::Validator)>> = LazyLock::
         .into_iter()
         .map(|tool| {
             let schema = Value::Object(input_schema(tool));
-            let validator = jsonschema::validator_for(&schema).expect("a published schema compiles");
+            let validator =
+                jsonschema::validator_for(&schema).expect("a published schema compiles");
             (tool, validator)
         })
         .collect()
 });
 
 /// Fields whose rules go beyond what a JSON Schema says.
-const SEMANTIC_FIELDS: &[&str] = &["branch_id", "parent_branch_id", "description", "message", "query", "content", "lesson_id", "tools", "model"];
+const SEMANTIC_FIELDS: &[&str] = &[
+    "branch_id",
+    "parent_branch_id",
+    "description",
+    "message",
+    "query",
+    "content",
+    "lesson_id",
+    "tools",
+    "model",
+];
 
 fn schema(tool: FoldingTool) -> &'static jsonschema::Validator {
     &SCHEMAS.iter().find(|(t, _)| *t == tool).expect("every tool has a schema").1
@@ -98,7 +109,10 @@ fuzz_target!(|body: &[u8]| {
                 assert!(budget >= config.budget.min_branch_budget, "budget {budget}");
                 assert!(budget <= config.budget.max_budget, "budget {budget}");
                 let timeout = create.timeout.seconds();
-                assert!((1..=config.timeout.max_seconds).contains(&timeout), "timeout {timeout}");
+                assert!(
+                    (1..=config.timeout.max.as_secs()).contains(&u64::from(timeout)),
+                    "timeout {timeout}"
+                );
             }
         }
         Verdict::Passed(None) => {}

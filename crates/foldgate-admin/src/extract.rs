@@ -5,6 +5,7 @@ use axum::{
     Json,
     extract::{FromRequest, FromRequestParts, Path, Query, Request},
 };
+use foldgate_domain::duration::{self, Renamed};
 use http::request::Parts;
 use serde::de::DeserializeOwned;
 
@@ -52,5 +53,38 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequest<S> for BodyOf<T> {
             .await
             .map(|Json(value)| Self(value))
             .map_err(|e| AdminError::BadRequest(e.body_text()))
+    }
+}
+
+/// The former names of a declaration's settings (`timeout_seconds` for
+/// `timeout`), which its JSON may still use.
+pub trait FormerNames {
+    const RENAMED: &'static [Renamed];
+}
+
+/// A declaration's JSON body (`POST /upstreams`, `POST /models`): as
+/// [`BodyOf`], and a setting given under both its name and its former name
+/// is a 400 naming both.
+#[derive(Debug)]
+pub struct DeclarationOf<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send + FormerNames> FromRequest<S> for DeclarationOf<T> {
+    type Rejection = AdminError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, AdminError> {
+        let Json(body) = Json::<serde_json::Value>::from_request(req, state)
+            .await
+            .map_err(|e| AdminError::BadRequest(e.body_text()))?;
+        if let Some(fields) = body.as_object() {
+            duration::both_names(T::RENAMED, "", |name| fields.contains_key(name))
+                .map_err(AdminError::BadRequest)?;
+        }
+        serde_path_to_error::deserialize(body).map(Self).map_err(|e| {
+            let path = e.path().to_string();
+            AdminError::BadRequest(match path.as_str() {
+                "." => e.into_inner().to_string(),
+                _ => format!("{path}: {}", e.into_inner()),
+            })
+        })
     }
 }

@@ -17,7 +17,7 @@ use crate::{
     AdminState,
     access::Operator,
     error::AdminError,
-    extract::{BodyOf, Params},
+    extract::{DeclarationOf, FormerNames, Params},
     routes::{audit_entry, log_change},
 };
 
@@ -296,6 +296,47 @@ trait Declaration: Serialize {
     fn buildable(&self, state: &AdminState) -> Result<(), String>;
 }
 
+/// Adds the former names of the declarations' duration fields, which
+/// registrations may still use, to the OpenAPI document (utoipa describes
+/// a field by its name only).
+pub(crate) struct FormerNamesDoc;
+
+impl utoipa::Modify for FormerNamesDoc {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{
+            RefOr,
+            schema::{RefBuilder, Schema},
+        };
+        let Some(components) = openapi.components.as_mut() else { return };
+        for (schema, renamed) in
+            [("UpstreamConfig", UpstreamConfig::RENAMED), ("ModelConfig", ModelConfig::RENAMED)]
+        {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(schema) else {
+                continue;
+            };
+            for r in renamed {
+                let former = RefBuilder::new()
+                    .ref_location_from_schema_name("Duration")
+                    .description(Some(format!(
+                        "Former name of `{}`, still accepted (a whole number of seconds, or text \
+                         with units); give one of the two names, not both.",
+                        r.new
+                    )))
+                    .build();
+                object.properties.insert(r.old.to_owned(), RefOr::Ref(former));
+            }
+        }
+    }
+}
+
+impl FormerNames for UpstreamConfig {
+    const RENAMED: &'static [foldgate_domain::duration::Renamed] = Self::RENAMED;
+}
+
+impl FormerNames for ModelConfig {
+    const RENAMED: &'static [foldgate_domain::duration::Renamed] = Self::RENAMED;
+}
+
 impl Declaration for UpstreamConfig {
     const KIND: RegistrationKind = RegistrationKind::Upstream;
 
@@ -341,7 +382,9 @@ impl Declaration for ModelConfig {
 }
 
 /// Registers an upstream MCP server: the fields of an `[[upstreams]]`
-/// entry. Credentials (header values, the OAuth client's id and secret)
+/// entry (durations as text with units, `"30s"`, or whole seconds; the
+/// former names `timeout_seconds` and `refresh_seconds` are accepted too,
+/// and the declaration is kept under the new ones). Credentials (header values, the OAuth client's id and secret)
 /// must be `${VAR}` references to environment variables named with the
 /// `[admin] credential_env_prefix` and set on every replica. Live on every
 /// replica within seconds. `foldgate:admin` only.
@@ -358,14 +401,15 @@ impl Declaration for ModelConfig {
 pub async fn register_upstream(
     State(state): State<AdminState>,
     operator: Operator,
-    BodyOf(config): BodyOf<UpstreamConfig>,
+    DeclarationOf(config): DeclarationOf<UpstreamConfig>,
 ) -> Result<(StatusCode, Json<UpstreamView>), AdminError> {
     let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(upstream_view(&config, None, None, Some(&registration)))))
 }
 
 /// Registers a chat model: the fields of a `[[models]]` entry (embeddings
-/// models are declared in the configuration file only). The key must be a
+/// models are declared in the configuration file only; `timeout` as text
+/// with units or whole seconds, or by its former name `timeout_seconds`). The key must be a
 /// `${VAR}` reference, as for upstreams. `foldgate:admin` only.
 #[utoipa::path(
     post, path = "/models", tag = "federation",
@@ -380,7 +424,7 @@ pub async fn register_upstream(
 pub async fn register_model(
     State(state): State<AdminState>,
     operator: Operator,
-    BodyOf(config): BodyOf<ModelConfig>,
+    DeclarationOf(config): DeclarationOf<ModelConfig>,
 ) -> Result<(StatusCode, Json<ModelView>), AdminError> {
     let registration = register(&state, &operator, &config).await?;
     Ok((StatusCode::CREATED, Json(model_view(&config, None, None, Some(&registration)))))

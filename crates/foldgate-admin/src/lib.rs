@@ -63,6 +63,8 @@ pub mod views;
 pub use config::AdminConfig;
 pub use error::{AdminError, too_many_requests};
 
+use crate::federation::FormerNamesDoc;
+
 /// Where the admin API is mounted.
 pub const PREFIX: &str = "/admin/v1";
 
@@ -108,7 +110,7 @@ pub struct AdminState {
         federation::register_model,
         federation::remove_model,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &FormerNamesDoc),
     security(("bearer" = [])),
     tags(
         (name = "tenants", description = "Tenants at a glance"),
@@ -172,4 +174,45 @@ where
         .route("/openapi.json", get(move || async move { Json(document.clone()) }))
         .merge(api)
         .fallback(|| async { AdminError::NotFound("route") })
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi;
+
+    use super::*;
+
+    #[test]
+    fn durations_and_their_former_names_are_described() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let duration = &schemas["Duration"];
+        let kinds: Vec<&str> = duration["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["string", "integer"], "{duration}");
+        for (schema, field, former) in [
+            ("UpstreamConfig", "timeout", "timeout_seconds"),
+            ("UpstreamConfig", "refresh_interval", "refresh_seconds"),
+            ("ModelConfig", "timeout", "timeout_seconds"),
+        ] {
+            let properties = &schemas[schema]["properties"];
+            assert_eq!(properties[field]["$ref"], "#/components/schemas/Duration", "{schema}");
+            assert!(
+                properties[field]["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("whole number of seconds"),
+                "{schema}.{field}: {}",
+                properties[field]
+            );
+            assert_eq!(properties[former]["$ref"], "#/components/schemas/Duration", "{schema}");
+            let description = properties[former]["description"].as_str().unwrap();
+            assert!(description.contains(&format!("Former name of `{field}`")), "{description}");
+            assert_eq!(schemas[schema]["additionalProperties"], false);
+        }
+    }
 }

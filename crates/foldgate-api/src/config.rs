@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use foldgate_domain::duration;
 use serde::Deserialize;
 
 use crate::limit::RateLimitConfig;
@@ -26,19 +27,22 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Per-principal request rate.
     pub rate_limit: RateLimitConfig,
-    /// Longest a request may take before it is answered 503.
-    #[serde(with = "seconds")]
+    /// Longest a request may take before it is answered 503. A bare number
+    /// counts seconds.
+    #[serde(deserialize_with = "duration::seconds")]
     pub request_timeout: Duration,
-    /// On shutdown, how long in-flight requests may take to finish.
-    #[serde(with = "seconds")]
+    /// On shutdown, how long in-flight requests may take to finish. A bare
+    /// number counts seconds.
+    #[serde(deserialize_with = "duration::seconds")]
     pub shutdown_grace: Duration,
     /// How long an HTTP/1 connection may take to send a complete request
     /// head, counted from when it opens or its previous response was sent;
     /// then it is closed. Bounds half-sent requests and idle keep-alive
     /// connections alike. Keep it above the idle timeout of a load balancer
     /// that keeps connections to the gateway open, or the balancer may send
-    /// a request on a connection the gateway is closing.
-    #[serde(with = "seconds")]
+    /// a request on a connection the gateway is closing. A bare number
+    /// counts seconds.
+    #[serde(deserialize_with = "duration::seconds")]
     pub header_read_timeout: Duration,
 }
 
@@ -69,21 +73,11 @@ impl ApiConfig {
             return Err(format!("public_url {url:?} must be an http(s) URL").into());
         }
         if self.request_timeout.is_zero() {
-            return Err("request_timeout must be positive".into());
+            return Err("request_timeout must be above 0s".into());
         }
         if self.header_read_timeout.is_zero() {
-            return Err("header_read_timeout must be positive".into());
+            return Err("header_read_timeout must be above 0s".into());
         }
         Ok(())
-    }
-}
-
-mod seconds {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_secs)
     }
 }

@@ -1,7 +1,7 @@
 //! Verified tokens, remembered by their SHA-256 so that an agent's next
 //! request with the same token skips the signature check and the claim
 //! rules. Per replica and bounded: at most `token_cache_entries` tokens, each
-//! for at most `token_cache_seconds` and never past its own `exp`. The tokens
+//! for at most `token_cache_ttl` and never past its own `exp`. The tokens
 //! themselves are not kept.
 
 use std::{

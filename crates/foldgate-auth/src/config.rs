@@ -10,8 +10,10 @@ use std::{
     fmt,
     net::IpAddr,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
+use foldgate_domain::duration::{self, Renamed};
 use reqwest::Url;
 use serde::Deserialize;
 
@@ -22,7 +24,7 @@ pub const MIN_SECRET_BYTES: usize = 32;
 
 /// Largest clock-skew allowance accepted: anything longer turns `exp` into a
 /// suggestion.
-const MAX_LEEWAY_SECONDS: u64 = 300;
+const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
 /// A value that must never be printed: `Debug` shows `***`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -72,7 +74,7 @@ pub struct AuthConfig {
     /// URL of the identity provider's JSON Web Key Set
     /// (`FOLDGATE_JWKS_URL`). Keys are cached; a token naming an unknown
     /// `kid` triggers a refetch, at most once per
-    /// `jwks_min_refresh_interval_seconds`. Must be `https`, except on a
+    /// `jwks_min_refresh_interval`. Must be `https`, except on a
     /// loopback host or with `jwks_allow_http`.
     pub jwks_url: Option<String>,
     /// Accept a plain `http` `jwks_url` on any host: for an identity
@@ -111,28 +113,33 @@ pub struct AuthConfig {
     /// Claim holding the tenant id (`FOLDGATE_TENANT_CLAIM`). Its value must
     /// be a valid tenant id; the tenant scopes every stored record.
     pub tenant_claim: String,
-    /// Clock skew tolerated when checking `exp` and `nbf`, in seconds
-    /// (at most 300).
-    pub leeway_seconds: u64,
-    /// Shortest time between two JWKS fetches, in seconds, so that tokens
-    /// with made-up `kid`s cannot make the gateway hammer the identity
-    /// provider. A key rotated in at the provider is accepted at most this
-    /// long after its first use.
-    pub jwks_min_refresh_interval_seconds: u64,
-    /// Longest wait for the JWKS endpoint, in seconds, connection included.
-    pub jwks_timeout_seconds: u64,
+    /// Clock skew tolerated when checking `exp` and `nbf` (at most 5
+    /// minutes). A bare number counts seconds, as in every duration here.
+    #[serde(alias = "leeway_seconds", deserialize_with = "duration::seconds")]
+    pub leeway: Duration,
+    /// Shortest time between two JWKS fetches, so that tokens with made-up
+    /// `kid`s cannot make the gateway hammer the identity provider. A key
+    /// rotated in at the provider is accepted at most this long after its
+    /// first use.
+    #[serde(alias = "jwks_min_refresh_interval_seconds", deserialize_with = "duration::seconds")]
+    pub jwks_min_refresh_interval: Duration,
+    /// Longest wait for the JWKS endpoint, connection included.
+    #[serde(alias = "jwks_timeout_seconds", deserialize_with = "duration::seconds")]
+    pub jwks_timeout: Duration,
     /// Age after which cached JWKS keys are refreshed in the background
     /// even if every token names a known `kid`, so that a key the provider
-    /// withdrew stops being accepted. In seconds.
-    pub jwks_max_age_seconds: u64,
+    /// withdrew stops being accepted.
+    #[serde(alias = "jwks_max_age_seconds", deserialize_with = "duration::seconds")]
+    pub jwks_max_age: Duration,
     /// How many verified tokens each replica remembers (by their SHA-256,
     /// never the token itself), so that the next request with the same
     /// token skips verification. 0 turns the cache off.
     pub token_cache_entries: usize,
-    /// Longest time a verified token is remembered, in seconds (at most
-    /// 3600); never past its `exp`. A token whose key was withdrawn from the
-    /// JWKS is accepted at most this long after it was last verified.
-    pub token_cache_seconds: u64,
+    /// Longest time a verified token is remembered (at most an hour);
+    /// never past its `exp`. A token whose key was withdrawn from the JWKS
+    /// is accepted at most this long after it was last verified.
+    #[serde(alias = "token_cache_seconds", deserialize_with = "duration::seconds")]
+    pub token_cache_ttl: Duration,
 }
 
 impl Default for AuthConfig {
@@ -147,17 +154,26 @@ impl Default for AuthConfig {
             audience: None,
             issuers: Vec::new(),
             tenant_claim: "tenant".to_owned(),
-            leeway_seconds: 30,
-            jwks_min_refresh_interval_seconds: 30,
-            jwks_timeout_seconds: 5,
-            jwks_max_age_seconds: 600,
+            leeway: Duration::from_secs(30),
+            jwks_min_refresh_interval: Duration::from_secs(30),
+            jwks_timeout: Duration::from_secs(5),
+            jwks_max_age: Duration::from_secs(600),
             token_cache_entries: 10_000,
-            token_cache_seconds: 60,
+            token_cache_ttl: Duration::from_secs(60),
         }
     }
 }
 
 impl AuthConfig {
+    /// The former names of its duration settings.
+    pub const RENAMED: &'static [Renamed] = &[
+        Renamed::new("leeway_seconds", "leeway"),
+        Renamed::new("jwks_min_refresh_interval_seconds", "jwks_min_refresh_interval"),
+        Renamed::new("jwks_timeout_seconds", "jwks_timeout"),
+        Renamed::new("jwks_max_age_seconds", "jwks_max_age"),
+        Renamed::new("token_cache_seconds", "token_cache_ttl"),
+    ];
+
     /// Checks the settings, naming the first one that is wrong.
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         if self.issuers.is_empty() {
@@ -168,25 +184,32 @@ impl AuthConfig {
         if self.tenant_claim.trim().is_empty() {
             return Err("tenant_claim must name a claim".into());
         }
-        if self.leeway_seconds > MAX_LEEWAY_SECONDS {
-            return Err(format!("leeway_seconds must be at most {MAX_LEEWAY_SECONDS}").into());
-        }
-        if !(1..=3600).contains(&self.jwks_min_refresh_interval_seconds) {
-            return Err("jwks_min_refresh_interval_seconds must be between 1 and 3600".into());
-        }
-        if !(1..=60).contains(&self.jwks_timeout_seconds) {
-            return Err("jwks_timeout_seconds must be between 1 and 60".into());
-        }
-        if self.jwks_max_age_seconds < self.jwks_min_refresh_interval_seconds
-            || self.jwks_max_age_seconds > 7 * 24 * 3600
+        let second = Duration::from_secs(1);
+        duration::check_range("leeway", self.leeway, Duration::ZERO, MAX_LEEWAY)?;
+        duration::check_range(
+            "jwks_min_refresh_interval",
+            self.jwks_min_refresh_interval,
+            second,
+            Duration::from_secs(3600),
+        )?;
+        duration::check_range("jwks_timeout", self.jwks_timeout, second, Duration::from_secs(60))?;
+        if self.jwks_max_age < self.jwks_min_refresh_interval
+            || self.jwks_max_age > Duration::from_secs(7 * 24 * 3600)
         {
-            return Err("jwks_max_age_seconds must be at least \
-                        jwks_min_refresh_interval_seconds and at most a week"
-                .into());
+            return Err(format!(
+                "jwks_max_age must be at least jwks_min_refresh_interval ({}) and at most 7d, \
+                 got {}",
+                duration::show(self.jwks_min_refresh_interval),
+                duration::show(self.jwks_max_age)
+            )
+            .into());
         }
-        if self.token_cache_seconds > 3600 {
-            return Err("token_cache_seconds must be at most 3600".into());
-        }
+        duration::check_range(
+            "token_cache_ttl",
+            self.token_cache_ttl,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?;
         if self.token_cache_entries > 10_000_000 {
             return Err("token_cache_entries must be at most 10000000".into());
         }
@@ -612,24 +635,29 @@ mod tests {
                 "no tenant claim",
             ),
             (
-                AuthConfig { leeway_seconds: 301, ..with_secret() },
-                Some("leeway_seconds"),
+                AuthConfig { leeway: Duration::from_secs(301), ..with_secret() },
+                Some("leeway must be from 0s to 5m, got 5m 1s"),
                 "huge leeway",
             ),
             (
-                AuthConfig { jwks_min_refresh_interval_seconds: 0, ..with_secret() },
-                Some("jwks_min_refresh_interval_seconds"),
+                AuthConfig { jwks_min_refresh_interval: Duration::ZERO, ..with_secret() },
+                Some("jwks_min_refresh_interval must be from 1s to 1h, got 0s"),
                 "refresh limit disabled",
             ),
             (
-                AuthConfig { jwks_timeout_seconds: 0, ..with_secret() },
-                Some("jwks_timeout_seconds"),
+                AuthConfig { jwks_timeout: Duration::ZERO, ..with_secret() },
+                Some("jwks_timeout must be from 1s to 1m, got 0s"),
                 "no timeout",
             ),
             (
-                AuthConfig { jwks_max_age_seconds: 10, ..with_secret() },
-                Some("jwks_max_age_seconds"),
+                AuthConfig { jwks_max_age: Duration::from_secs(10), ..with_secret() },
+                Some("jwks_max_age must be at least jwks_min_refresh_interval (30s)"),
                 "max age below the refresh interval",
+            ),
+            (
+                AuthConfig { token_cache_ttl: Duration::from_secs(3601), ..with_secret() },
+                Some("token_cache_ttl must be from 0s to 1h, got 1h 1s"),
+                "a long cache",
             ),
         ];
         for (config, expected, why) in cases {
@@ -857,12 +885,34 @@ mod tests {
             serde_json::from_str(r#"{"jwt_secret": "0123456789abcdef0123456789abcdef"}"#)
                 .expect("parses");
         assert_eq!(config.tenant_claim, "tenant");
-        assert_eq!(config.leeway_seconds, 30);
-        assert_eq!(config.jwks_min_refresh_interval_seconds, 30);
-        assert_eq!(config.jwks_timeout_seconds, 5);
+        assert_eq!(config.leeway, Duration::from_secs(30));
+        assert_eq!(config.jwks_min_refresh_interval, Duration::from_secs(30));
+        assert_eq!(config.jwks_timeout, Duration::from_secs(5));
         assert_eq!(config.jwt_secret.map(|s| s.expose().len()), Some(32));
 
         let unknown = serde_json::from_str::<AuthConfig>(r#"{"jwt_secert": "x"}"#);
         assert!(unknown.is_err(), "a misspelt field is an error, not ignored");
+    }
+
+    #[test]
+    fn durations_take_units_and_former_names() {
+        let config: AuthConfig = serde_json::from_str(
+            r#"{"leeway": "1m", "jwks_timeout_seconds": 7, "jwks_max_age": "1h30m",
+                "token_cache_ttl": "1500ms"}"#,
+        )
+        .expect("parses");
+        assert_eq!(config.leeway, Duration::from_secs(60));
+        assert_eq!(config.jwks_timeout, Duration::from_secs(7), "a former name, in seconds");
+        assert_eq!(config.jwks_max_age, Duration::from_secs(5400));
+        assert_eq!(config.token_cache_ttl, Duration::from_millis(1500));
+        let bad = serde_json::from_str::<AuthConfig>(r#"{"jwks_timeout": "5 parsecs"}"#)
+            .expect_err("not a duration")
+            .to_string();
+        assert!(
+            bad.contains(
+                r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds; got "5 parsecs""#
+            ),
+            "{bad}"
+        );
     }
 }

@@ -70,17 +70,17 @@ impl fmt::Display for Location {
     }
 }
 
-fn seconds(value: u64) -> TimeDelta {
-    TimeDelta::try_seconds(i64::try_from(value).unwrap_or(i64::MAX)).unwrap_or(TimeDelta::MAX)
+fn delta(value: Duration) -> TimeDelta {
+    TimeDelta::from_std(value).unwrap_or(TimeDelta::MAX)
 }
 
 impl JwksSettings {
     pub(crate) fn from_config(location: Location, config: &AuthConfig) -> Self {
         Self {
             location,
-            timeout: Duration::from_secs(config.jwks_timeout_seconds),
-            min_refresh: seconds(config.jwks_min_refresh_interval_seconds),
-            max_age: seconds(config.jwks_max_age_seconds),
+            timeout: config.jwks_timeout,
+            min_refresh: delta(config.jwks_min_refresh_interval),
+            max_age: delta(config.jwks_max_age),
         }
     }
 }

@@ -148,7 +148,7 @@ impl Authenticator {
     ///
     /// The key sets (at a JWKS URL or found through discovery) are fetched
     /// once, all at the same time, each request waiting at most
-    /// `jwks_timeout_seconds`; a failure is logged and the fetch retried
+    /// `jwks_timeout`; a failure is logged and the fetch retried
     /// when a token needs it. A PEM file that cannot be read or parsed is an
     /// error.
     pub async fn with_clock(
@@ -156,8 +156,7 @@ impl Authenticator {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, AuthSetupError> {
         config.validate().map_err(AuthSetupError::Config)?;
-        let leeway = TimeDelta::try_seconds(i64::try_from(config.leeway_seconds).unwrap_or(0))
-            .unwrap_or_default();
+        let leeway = TimeDelta::from_std(config.leeway).unwrap_or_default();
         let mut issuers = Vec::new();
         for trusted in config.trusted() {
             issuers.push(Trusted {
@@ -177,8 +176,7 @@ impl Authenticator {
         futures::future::join_all(issuers.iter().map(|t| t.source.warm_up())).await;
         let verified = TokenCache::new(
             config.token_cache_entries,
-            TimeDelta::try_seconds(i64::try_from(config.token_cache_seconds).unwrap_or(0))
-                .unwrap_or_default(),
+            TimeDelta::from_std(config.token_cache_ttl).unwrap_or_default(),
         );
         let by_iss = !config.issuers.is_empty();
         Ok(Self { inner: Arc::new(Inner { issuers, by_iss, clock, verified }) })

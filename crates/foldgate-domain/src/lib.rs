@@ -12,6 +12,7 @@ mod branch;
 mod budget;
 mod caller;
 mod clock;
+pub mod duration;
 mod error;
 mod ids;
 mod limits;

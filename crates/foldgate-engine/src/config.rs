@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use foldgate_domain::{BudgetPolicy, Limits, TimeoutPolicy};
+use foldgate_domain::{BudgetPolicy, Limits, TimeoutPolicy, duration};
 use serde::Deserialize;
 
 use crate::Encoding;
@@ -20,11 +20,13 @@ pub struct FoldingConfig {
     /// Deepest allowed branch; the first branch of a session is depth 1.
     pub max_depth: u32,
     /// How long `session_end` spends force-returning branches one by one
-    /// before failing the rest in one transaction.
-    #[serde(with = "seconds")]
+    /// before failing the rest in one transaction. A bare number counts
+    /// seconds.
+    #[serde(deserialize_with = "duration::seconds")]
     pub session_end_timeout: Duration,
     /// Sessions with no activity for this long are ended by the supervisor.
-    #[serde(with = "seconds")]
+    /// A bare number counts seconds.
+    #[serde(deserialize_with = "duration::seconds")]
     pub session_idle_timeout: Duration,
     /// The tokenizer used to count every token the gateway meters.
     pub encoding: Encoding,
@@ -53,16 +55,18 @@ impl FoldingConfig {
         if self.max_depth == 0 {
             return Err("max_depth must be at least 1".into());
         }
-        if self.session_end_timeout.is_zero()
-            || self.session_end_timeout > Duration::from_secs(3600)
-        {
-            return Err("session_end_timeout must be between 1 s and 1 h".into());
-        }
-        if self.session_idle_timeout.is_zero()
-            || self.session_idle_timeout > Duration::from_secs(365 * 24 * 3600)
-        {
-            return Err("session_idle_timeout must be between 1 s and a year".into());
-        }
+        duration::check_range(
+            "session_end_timeout",
+            self.session_end_timeout,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
+        duration::check_range(
+            "session_idle_timeout",
+            self.session_idle_timeout,
+            Duration::from_secs(1),
+            Duration::from_secs(365 * 24 * 3600),
+        )?;
         Ok(())
     }
 }
@@ -73,14 +77,16 @@ impl FoldingConfig {
 pub struct SupervisorConfig {
     /// Longest sleep between two deadline passes. The reconciler also wakes
     /// at the earliest known deadline, so this bounds the lateness of
-    /// deadlines set by other replicas.
-    #[serde(with = "millis")]
+    /// deadlines set by other replicas. A bare number counts milliseconds.
+    #[serde(deserialize_with = "duration::millis")]
     pub deadline_poll_interval: Duration,
-    /// Interval between two idle-session passes.
-    #[serde(with = "millis")]
+    /// Interval between two idle-session passes. A bare number counts
+    /// milliseconds.
+    #[serde(deserialize_with = "duration::millis")]
     pub idle_poll_interval: Duration,
-    /// How long a claim keeps other replicas off a branch or session.
-    #[serde(with = "millis")]
+    /// How long a claim keeps other replicas off a branch or session. A
+    /// bare number counts milliseconds.
+    #[serde(deserialize_with = "duration::millis")]
     pub claim_lease: Duration,
     /// Most branches or sessions claimed per query.
     pub batch_size: u32,
@@ -108,34 +114,17 @@ impl SupervisorConfig {
             ("idle_poll_interval", self.idle_poll_interval),
             ("claim_lease", self.claim_lease),
         ] {
-            if value.is_zero() || value > MAX_SUPERVISOR_INTERVAL {
-                return Err(format!("supervisor {name} must be between 1 ms and 24 h").into());
-            }
+            duration::check_range(
+                &format!("supervisor {name}"),
+                value,
+                Duration::from_millis(1),
+                MAX_SUPERVISOR_INTERVAL,
+            )?;
         }
         if self.batch_size == 0 {
             return Err("supervisor batch_size must be at least 1".into());
         }
         Ok(())
-    }
-}
-
-mod seconds {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_secs)
-    }
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
     }
 }
 
@@ -154,5 +143,20 @@ mod tests {
         assert!(SupervisorConfig::default().validate().is_ok());
         let bad = FoldingConfig { max_depth: 0, ..FoldingConfig::default() };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn ranges_are_reported_with_units() {
+        let idle = FoldingConfig { session_idle_timeout: Duration::ZERO, ..Default::default() };
+        assert_eq!(
+            idle.validate().unwrap_err().to_string(),
+            "session_idle_timeout must be from 1s to 365d, got 0s"
+        );
+        let lease =
+            SupervisorConfig { claim_lease: Duration::from_secs(2 * 86_400), ..Default::default() };
+        assert_eq!(
+            lease.validate().unwrap_err().to_string(),
+            "supervisor claim_lease must be from 1ms to 1d, got 2d"
+        );
     }
 }

@@ -4,62 +4,96 @@
 use std::{future::Future, time::Duration};
 
 use chrono::{DateTime, Utc};
+use foldgate_domain::duration::{self, Renamed};
 use foldgate_store::StoreError;
 use serde::{Deserialize, Serialize};
 
 use crate::{FoldError, FoldingService};
 
-/// How long what has ended is kept (`[retention]`); `0` keeps it forever.
+/// How long what has ended is kept (`[retention]`); zero keeps it forever.
+/// A bare number counts days.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Days an ended branch tree is kept (from when its depth-1 branch
+    /// How long an ended branch tree is kept (from when its depth-1 branch
     /// ended), with its call traces, run and steps.
-    pub branches_days: u32,
-    /// Days an ended session with no branch left is kept.
-    pub sessions_days: u32,
-    /// Days an audit entry is kept.
-    pub audit_days: u32,
-    /// Days of daily usage kept (the usage reports' source).
-    pub usage_days: u32,
+    #[serde(alias = "branches_days", deserialize_with = "duration::days")]
+    pub branches: Duration,
+    /// How long an ended session with no branch left is kept.
+    #[serde(alias = "sessions_days", deserialize_with = "duration::days")]
+    pub sessions: Duration,
+    /// How long an audit entry is kept.
+    #[serde(alias = "audit_days", deserialize_with = "duration::days")]
+    pub audit: Duration,
+    /// How long daily usage is kept (the usage reports' source).
+    #[serde(alias = "usage_days", deserialize_with = "duration::days")]
+    pub usage: Duration,
     /// Rows (for branches: trees) deleted per statement.
     pub batch_size: u32,
     /// Most batches of each kind per pass; the rest waits for the next.
     pub max_batches: u32,
-    /// Seconds between two passes.
-    pub interval_seconds: u64,
+    /// Time between two passes. A bare number counts seconds.
+    #[serde(alias = "interval_seconds", deserialize_with = "duration::seconds")]
+    pub interval: Duration,
 }
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
 
 impl Default for RetentionConfig {
     fn default() -> Self {
         Self {
-            branches_days: 30,
-            sessions_days: 30,
-            audit_days: 365,
-            usage_days: 0,
+            branches: 30 * DAY,
+            sessions: 30 * DAY,
+            audit: 365 * DAY,
+            usage: Duration::ZERO,
             batch_size: 500,
             max_batches: 200,
-            interval_seconds: 300,
+            interval: Duration::from_secs(300),
         }
     }
 }
 
+/// The longest a retention may be, short of forever: longer cannot be
+/// subtracted from a date.
+const LONGEST_KEPT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl RetentionConfig {
+    /// The former names of its settings.
+    pub const RENAMED: &'static [Renamed] = &[
+        Renamed::new("branches_days", "branches"),
+        Renamed::new("sessions_days", "sessions"),
+        Renamed::new("audit_days", "audit"),
+        Renamed::new("usage_days", "usage"),
+        Renamed::new("interval_seconds", "interval"),
+    ];
+
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
+        for (name, kept) in [
+            ("branches", self.branches),
+            ("sessions", self.sessions),
+            ("audit", self.audit),
+            ("usage", self.usage),
+        ] {
+            duration::check_range(
+                &format!("retention {name}"),
+                kept,
+                Duration::ZERO,
+                LONGEST_KEPT,
+            )?;
+        }
         if !(1..=10_000).contains(&self.batch_size) {
             return Err("retention batch_size must be between 1 and 10000".into());
         }
         if self.max_batches == 0 {
             return Err("retention max_batches must be at least 1".into());
         }
-        if !(1..=86_400).contains(&self.interval_seconds) {
-            return Err("retention interval_seconds must be between 1 and 86400".into());
-        }
+        duration::check_range(
+            "retention interval",
+            self.interval,
+            Duration::from_secs(1),
+            Duration::from_secs(86_400),
+        )?;
         Ok(())
-    }
-
-    pub fn interval(&self) -> Duration {
-        Duration::from_secs(self.interval_seconds)
     }
 }
 
@@ -81,8 +115,14 @@ pub struct Pruned {
     pub usage_lines: u64,
 }
 
-fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
-    (days > 0).then(|| now - chrono::Duration::days(i64::from(days)))
+/// Before when what ended is deleted; `None`: kept forever.
+fn cutoff(now: DateTime<Utc>, kept: Duration) -> Option<DateTime<Utc>> {
+    if kept.is_zero() {
+        return None;
+    }
+    // A validated retention is at most a century; a longer one keeps all.
+    let kept = chrono::Duration::from_std(kept).ok()?;
+    now.checked_sub_signed(kept)
 }
 
 /// Runs `step` (one batch) until a batch deletes fewer than `batch_size`
@@ -120,7 +160,7 @@ impl FoldingService {
         let now = self.clock().now();
         let batch = config.batch_size;
         let mut pruned = Pruned::default();
-        if let Some(before) = cutoff(now, config.branches_days) {
+        if let Some(before) = cutoff(now, config.branches) {
             let step = || store.prune_trees(before, batch);
             for trees in in_batches(config, step, |t| t.trees).await? {
                 pruned.trees += trees.trees;
@@ -131,15 +171,15 @@ impl FoldingService {
             }
         }
         let rows = |n: &u64| *n;
-        if let Some(before) = cutoff(now, config.sessions_days) {
+        if let Some(before) = cutoff(now, config.sessions) {
             let step = || store.prune_sessions(before, batch);
             pruned.sessions = in_batches(config, step, rows).await?.iter().sum();
         }
-        if let Some(before) = cutoff(now, config.audit_days) {
+        if let Some(before) = cutoff(now, config.audit) {
             let step = || store.prune_audit(before, batch);
             pruned.audit_entries = in_batches(config, step, rows).await?.iter().sum();
         }
-        if let Some(before) = cutoff(now, config.usage_days) {
+        if let Some(before) = cutoff(now, config.usage) {
             let step = || store.prune_usage(before.date_naive(), batch);
             pruned.usage_lines = in_batches(config, step, rows).await?.iter().sum();
         }

@@ -214,7 +214,7 @@ impl Pass {
 /// the driver starts, recovering whatever fell due while no process was
 /// running; at shutdown they stop after their current pass.
 /// Deletes what ended long ago ([`FoldingService::prune`]), every
-/// `interval_seconds` and once at start.
+/// retention `interval` and once at start.
 #[derive(Debug)]
 pub struct RetentionReconciler {
     service: Arc<FoldingService>,
@@ -241,7 +241,7 @@ pub fn register_retention(
     service: Arc<FoldingService>,
     config: RetentionConfig,
 ) {
-    let def = TaskDef::new("retention", StopOrder::SUPERVISOR).period(config.interval());
+    let def = TaskDef::new("retention", StopOrder::SUPERVISOR).period(config.interval);
     driver.register(def, RetentionReconciler { service, config });
 }
 

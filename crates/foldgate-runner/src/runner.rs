@@ -22,7 +22,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use foldgate_domain::{
-    Branch, BranchId, BranchStatus, EndReason, Principal, ReturnTier, TenantId, Tokens,
+    Branch, BranchId, BranchStatus, EndReason, Principal, ReturnTier, TenantId, Tokens, duration,
 };
 use foldgate_engine::{CallTarget, CreateBranch, FoldError, FoldingService, ScrubFailure};
 use foldgate_store::{
@@ -58,39 +58,42 @@ use crate::{
 pub struct RunnerConfig {
     /// How long a replica holds a run without renewing it; another replica
     /// takes the run over once this has lapsed. Renewed every third of it.
-    pub lease_seconds: u64,
-    /// How often each replica looks for runs whose lease lapsed.
-    pub poll_interval_seconds: u64,
+    /// A bare number counts seconds.
+    #[serde(alias = "lease_seconds", deserialize_with = "duration::seconds")]
+    pub lease: Duration,
+    /// How often each replica looks for runs whose lease lapsed. A bare
+    /// number counts seconds.
+    #[serde(alias = "poll_interval_seconds", deserialize_with = "duration::seconds")]
+    pub poll_interval: Duration,
     /// The most runs taken over in one pass.
     pub batch_size: u32,
 }
 
 impl Default for RunnerConfig {
     fn default() -> Self {
-        Self { lease_seconds: 30, poll_interval_seconds: 5, batch_size: 16 }
+        Self {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(5),
+            batch_size: 16,
+        }
     }
 }
 
 impl RunnerConfig {
+    /// The former names of its settings.
+    pub const RENAMED: &'static [duration::Renamed] = &[
+        duration::Renamed::new("lease_seconds", "lease"),
+        duration::Renamed::new("poll_interval_seconds", "poll_interval"),
+    ];
+
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
-        if !(3..=3_600).contains(&self.lease_seconds) {
-            return Err("lease_seconds must be between 3 and 3600".into());
-        }
-        if !(1..=3_600).contains(&self.poll_interval_seconds) {
-            return Err("poll_interval_seconds must be between 1 and 3600".into());
-        }
+        let hour = Duration::from_secs(3_600);
+        duration::check_range("lease", self.lease, Duration::from_secs(3), hour)?;
+        duration::check_range("poll_interval", self.poll_interval, Duration::from_secs(1), hour)?;
         if self.batch_size == 0 {
             return Err("batch_size must be at least 1".into());
         }
         Ok(())
-    }
-
-    fn lease(&self) -> Duration {
-        Duration::from_secs(self.lease_seconds)
-    }
-
-    fn poll_interval(&self) -> Duration {
-        Duration::from_secs(self.poll_interval_seconds)
     }
 }
 
@@ -386,7 +389,7 @@ impl Runner {
     }
 
     fn lease_end(&self) -> DateTime<Utc> {
-        let lease = chrono::Duration::from_std(self.config.lease()).unwrap_or_default();
+        let lease = chrono::Duration::from_std(self.config.lease).unwrap_or_default();
         self.service.clock().now() + lease
     }
 
@@ -483,7 +486,7 @@ impl Runner {
     /// longer be renewed.
     async fn renew(self: Arc<Self>, tenant: TenantId, id: BranchId, lost: CancellationToken) {
         loop {
-            tokio::time::sleep(self.config.lease() / 3).await;
+            tokio::time::sleep(self.config.lease / 3).await;
             match self
                 .service
                 .store()

@@ -4,6 +4,7 @@
 
 use std::{io::IsTerminal, time::Duration};
 
+use foldgate_domain::duration;
 use serde::Deserialize;
 
 /// How log lines are written to standard error.
@@ -39,9 +40,9 @@ pub struct TelemetryConfig {
     /// decided by `RUST_LOG` (default `info,rmcp=warn,genai=error`).
     pub log_format: LogFormat,
     /// How often the gauges read from the database (active branches per
-    /// tenant) are refreshed, in milliseconds. Scrapes and pushes in between
-    /// report the last reading.
-    #[serde(with = "millis")]
+    /// tenant) are refreshed. Scrapes and pushes in between report the last
+    /// reading. A bare number counts milliseconds.
+    #[serde(deserialize_with = "duration::millis")]
     pub store_poll_interval: Duration,
     /// One `info` line per MCP request (target `foldgate_access`): method,
     /// tool, outcome, duration, with the request's tenant, session and
@@ -61,21 +62,11 @@ impl Default for TelemetryConfig {
 
 impl TelemetryConfig {
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
-        if self.store_poll_interval < Duration::from_millis(10)
-            || self.store_poll_interval > Duration::from_secs(3600)
-        {
-            return Err("store_poll_interval must be between 10 ms and 1 h".into());
-        }
-        Ok(())
-    }
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
+        duration::check_range(
+            "store_poll_interval",
+            self.store_poll_interval,
+            Duration::from_millis(10),
+            Duration::from_secs(3600),
+        )
     }
 }

@@ -3,6 +3,7 @@
 
 use std::{collections::BTreeMap, fmt, time::Duration};
 
+use foldgate_domain::duration::{self, Renamed};
 use serde::{Deserialize, Serialize};
 
 /// The scope a token needs to see and call an upstream's tools unless the
@@ -28,12 +29,28 @@ pub struct UpstreamConfig {
     /// Tools offered (by their upstream name); `None` means all of them.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// Longest a call (or a tool listing) may take.
-    #[serde(default = "default_timeout")]
-    pub timeout_seconds: u64,
-    /// How often the tool list is fetched again while the upstream is up.
-    #[serde(default = "default_refresh")]
-    pub refresh_seconds: u64,
+    /// Longest a call (or a tool listing) may take: text with units
+    /// (`"30s"`, `"2m"`) or a whole number of seconds. Formerly
+    /// `timeout_seconds`, still accepted.
+    #[serde(
+        default = "default_timeout",
+        alias = "timeout_seconds",
+        deserialize_with = "duration::seconds",
+        serialize_with = "duration::serialize"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = duration::DurationSchema))]
+    pub timeout: Duration,
+    /// How often the tool list is fetched again while the upstream is up:
+    /// text with units (`"30s"`, `"5m"`) or a whole number of seconds.
+    /// Formerly `refresh_seconds`, still accepted.
+    #[serde(
+        default = "default_refresh",
+        alias = "refresh_seconds",
+        deserialize_with = "duration::seconds",
+        serialize_with = "duration::serialize"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = duration::DurationSchema))]
+    pub refresh_interval: Duration,
     /// Pass results through the secret scrubber before the agent sees them.
     #[serde(default = "yes")]
     pub scrub_results: bool,
@@ -73,12 +90,12 @@ pub struct OAuthClientCredentials {
     pub resource: Option<String>,
 }
 
-fn default_timeout() -> u64 {
-    30
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
-fn default_refresh() -> u64 {
-    30
+fn default_refresh() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn yes() -> bool {
@@ -97,8 +114,8 @@ impl fmt::Debug for UpstreamConfig {
             .field("url", &self.url)
             .field("tenants", &self.tenants)
             .field("tools", &self.tools)
-            .field("timeout_seconds", &self.timeout_seconds)
-            .field("refresh_seconds", &self.refresh_seconds)
+            .field("timeout", &self.timeout)
+            .field("refresh_interval", &self.refresh_interval)
             .field("scrub_results", &self.scrub_results)
             .field("scope", &self.scope)
             .field("max_response_bytes", &self.max_response_bytes)
@@ -121,13 +138,11 @@ impl fmt::Debug for OAuthClientCredentials {
 }
 
 impl UpstreamConfig {
-    pub fn timeout(&self) -> Duration {
-        Duration::from_secs(self.timeout_seconds)
-    }
-
-    pub fn refresh(&self) -> Duration {
-        Duration::from_secs(self.refresh_seconds)
-    }
+    /// The former names of its settings.
+    pub const RENAMED: &'static [Renamed] = &[
+        Renamed::new("timeout_seconds", "timeout"),
+        Renamed::new("refresh_seconds", "refresh_interval"),
+    ];
 
     /// The scope a token needs for these tools.
     pub fn required_scope(&self) -> &str {
@@ -158,12 +173,19 @@ impl UpstreamConfig {
             ).into());
         }
         check_url("url", &self.url)?;
-        if self.timeout_seconds == 0 || self.timeout_seconds > 3600 {
-            return Err("timeout_seconds must be between 1 and 3600".into());
-        }
-        if self.refresh_seconds == 0 {
-            return Err("refresh_seconds must be at least 1".into());
-        }
+        duration::check_range(
+            "timeout",
+            self.timeout,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
+        // At most a day: an upstream's tools are not left unlisted longer.
+        duration::check_range(
+            "refresh_interval",
+            self.refresh_interval,
+            Duration::from_secs(1),
+            Duration::from_secs(86_400),
+        )?;
         if self.max_response_bytes < 1024 {
             return Err("max_response_bytes must be at least 1024".into());
         }
@@ -313,7 +335,8 @@ mod tests {
     #[test]
     fn defaults_and_checks() {
         let u = upstream("files");
-        assert_eq!(u.timeout(), Duration::from_secs(30));
+        assert_eq!(u.timeout, Duration::from_secs(30));
+        assert_eq!(u.refresh_interval, Duration::from_secs(30));
         assert!(u.scrub_results);
         assert_eq!(u.required_scope(), DEFAULT_UPSTREAM_SCOPE);
         assert!(u.serves_tenant("anyone") && u.offers("anything"));
@@ -326,7 +349,14 @@ mod tests {
             toml_upstream(&format!("name = \"f\"\n{src}")).validate().unwrap_err().to_string()
         };
         assert!(bad("url = \"ftp://h\"").contains("http"));
-        assert!(bad("url = \"http://h\"\ntimeout_seconds = 0").contains("timeout"));
+        assert!(
+            bad("url = \"http://h\"\ntimeout_seconds = 0")
+                .contains("timeout must be from 1s to 1h, got 0s")
+        );
+        assert!(
+            bad("url = \"http://h\"\nrefresh_interval = \"2d\"")
+                .contains("refresh_interval must be from 1s to 1d, got 2d")
+        );
         assert!(bad("url = \"http://h\"\ntenants = []").contains("tenants"));
         assert!(
             bad("url = \"http://h\"\n[upstreams.headers]\nMcp-Session-Id = \"x\"")

@@ -376,7 +376,7 @@ impl Builder {
             url,
             headers,
             oauth,
-            config.timeout(),
+            config.timeout,
             config.max_response_bytes,
         );
         Ok(Upstream {

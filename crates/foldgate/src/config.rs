@@ -5,6 +5,13 @@
 //! `FOLDGATE_JWT_SECRET`, …) and, for every other setting,
 //! `FOLDGATE_<SECTION>__<FIELD>` (e.g. `FOLDGATE_FOLDING__MAX_DEPTH=4`,
 //! `FOLDGATE_FOLDING__LIMITS__MAX_ACTIVE_PER_TENANT=200`).
+//!
+//! Settings renamed when durations took units (`auth.jwks_timeout_seconds`
+//! became `auth.jwks_timeout`) keep their former names: the file's and the
+//! environment's are put under the new name here, before anything is
+//! read, so that a variable overrides the file whichever name each uses,
+//! and a setting given under both names in one place is refused, naming
+//! both.
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
@@ -15,7 +22,10 @@ use foldgate_api::{
     upstream::{UpstreamConfig, expand_env},
 };
 use foldgate_console::{ConsoleConfig, OidcSignIn, OidcToken};
-use foldgate_domain::ConfigError;
+use foldgate_domain::{
+    ConfigError, TimeoutPolicy,
+    duration::{self, Renamed},
+};
 use foldgate_engine::{FoldingConfig, MemoryConfig, RetentionConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
 use foldgate_scrub::ScrubConfig;
@@ -42,8 +52,10 @@ pub enum AuthMode {
 pub struct DatabaseConfig {
     /// Connections per process.
     pub max_connections: u32,
-    /// How long a request waits for a connection before failing (seconds).
-    pub acquire_timeout_seconds: u64,
+    /// How long a request waits for a connection before failing. A bare
+    /// number counts seconds.
+    #[serde(alias = "acquire_timeout_seconds", deserialize_with = "duration::seconds")]
+    pub acquire_timeout: Duration,
     /// Whether the charge of an upstream call waits for Postgres to flush
     /// it to disk before the result is returned (see `docs/configuration.md`).
     pub synchronous_metering: bool,
@@ -51,8 +63,18 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout_seconds: 5, synchronous_metering: false }
+        Self {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+            synchronous_metering: false,
+        }
     }
+}
+
+impl DatabaseConfig {
+    /// The former names of its settings.
+    pub const RENAMED: &'static [Renamed] =
+        &[Renamed::new("acquire_timeout_seconds", "acquire_timeout")];
 }
 
 /// Every setting of `foldgate serve`. See `docs/configuration.md`.
@@ -160,6 +182,22 @@ const STRING_SETTINGS: &[&[&str]] = &[
     &["console", "oidc_resource"],
 ];
 
+/// The sections with settings renamed when durations took units, and
+/// their former names.
+const RENAMED: &[(&[&str], &[Renamed])] = &[
+    (&["database"], DatabaseConfig::RENAMED),
+    (&["auth"], AuthConfig::RENAMED),
+    (&["folding", "timeout"], TimeoutPolicy::RENAMED),
+    (&["retention"], RetentionConfig::RENAMED),
+    (&["runner"], RunnerConfig::RENAMED),
+    (&["memory"], MemoryConfig::RENAMED),
+];
+
+/// The arrays of tables whose entries have renamed settings (config file
+/// only).
+const RENAMED_IN_LISTS: &[(&str, &[Renamed])] =
+    &[("upstreams", UpstreamConfig::RENAMED), ("models", ModelConfig::RENAMED)];
+
 /// Variables with this prefix are never settings: they hold credentials
 /// that upstreams and models registered through the admin API name
 /// (`[admin] credential_env_prefix`, whose default this is).
@@ -191,20 +229,52 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
+        let config = Self::unchecked(file, env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The file (if any) with the environment over it, as settings, before
+    /// [`Config::validate`].
+    fn unchecked(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let mut table = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                text.parse::<Table>().map_err(|e| toml_syntax_error(path, &text, &e))?
+                let mut table =
+                    text.parse::<Table>().map_err(|e| toml_syntax_error(path, &text, &e))?;
+                to_new_names(&mut table)
+                    .map_err(|e| format!("configuration: {}: {e}", path.display()))?;
+                table
             }
             None => Table::new(),
         };
         // Which variable set which setting, to name it in an error.
         let mut from_env: Vec<(String, String)> = Vec::new();
+        // The variables that name a setting by its former name.
+        let mut former: Vec<String> = Vec::new();
         for (name, value) in env {
-            if let Some(path) = setting_path(&name) {
+            if let Some(given) = setting_path(&name) {
+                let path = new_name(given.clone());
+                let setting = path.join(".");
+                if path != given {
+                    former.push(name.clone());
+                }
+                let twice = from_env.iter().find(|(set, _)| *set == setting);
+                if let Some((_, other)) =
+                    twice.filter(|(_, other)| path != given || former.contains(other))
+                {
+                    return Err(format!(
+                        "configuration: {other} and {name} both set {setting}, one by its \
+                         former name: set only one"
+                    )
+                    .into());
+                }
                 set(&mut table, &path, value).map_err(|e| format!("{name}: {e}"))?;
-                from_env.push((path.join("."), name));
+                from_env.push((setting, name));
             }
         }
         check_auth_forms(&table, &from_env)?;
@@ -221,7 +291,6 @@ impl Config {
                     None => format!("configuration: {path}: {message}"),
                 }
             })?;
-        config.validate()?;
         Ok(config)
     }
 
@@ -354,16 +423,12 @@ impl Config {
         self.auth.has_key_source()
     }
 
-    pub fn acquire_timeout(&self) -> Duration {
-        Duration::from_secs(self.database.acquire_timeout_seconds)
-    }
-
     /// How to connect to the database, as `serve` and `migrate` do.
     pub fn connect_options(&self) -> foldgate_store::ConnectOptions {
         foldgate_store::ConnectOptions {
             url: self.database_url.clone(),
             max_connections: self.database.max_connections,
-            acquire_timeout: self.acquire_timeout(),
+            acquire_timeout: self.database.acquire_timeout,
             synchronous_metering: self.database.synchronous_metering,
         }
     }
@@ -451,6 +516,52 @@ fn toml_syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     format!("{}: line {line}, column {column}: {message}", path.display())
+}
+
+/// A setting's path under its new name, if it was renamed.
+fn new_name(mut path: Vec<String>) -> Vec<String> {
+    if let Some((last, section)) = path.split_last_mut() {
+        let renamed = RENAMED
+            .iter()
+            .filter(|(at, _)| at.iter().copied().eq(section.iter().map(String::as_str)))
+            .flat_map(|(_, renamed)| renamed.iter())
+            .find(|r| r.old == last.as_str());
+        if let Some(r) = renamed {
+            r.new.clone_into(last);
+        }
+    }
+    path
+}
+
+/// Puts the file's settings given by their former names under their new
+/// ones; a setting given under both is refused, naming both.
+fn to_new_names(table: &mut Table) -> Result<(), String> {
+    fn rename(table: &mut Table, renamed: &[Renamed], at: &str) -> Result<(), String> {
+        duration::both_names(renamed, at, |name| table.contains_key(name))?;
+        for r in renamed {
+            if let Some(value) = table.remove(r.old) {
+                table.insert(r.new.to_owned(), value);
+            }
+        }
+        Ok(())
+    }
+    for (section, renamed) in RENAMED {
+        let mut current = Some(&mut *table);
+        for key in *section {
+            current = current.and_then(|t| t.get_mut(*key)).and_then(Value::as_table_mut);
+        }
+        if let Some(current) = current {
+            rename(current, renamed, &format!("{}.", section.join(".")))?;
+        }
+    }
+    for (list, renamed) in RENAMED_IN_LISTS {
+        let Some(entries) = table.get_mut(*list).and_then(Value::as_array_mut) else { continue };
+        for entry in entries.iter_mut().filter_map(Value::as_table_mut) {
+            let name = entry.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            rename(entry, renamed, "").map_err(|e| format!("[[{list}]] {name:?}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The setting an environment variable sets, if any.
@@ -812,7 +923,11 @@ tenant_claim = "tid"
         assert_eq!(c.auth.issuers.len(), 2);
         assert_eq!(c.auth.issuers[0].tenant_claim, "tenant", "the default tenant claim");
         assert_eq!(c.auth.issuers[1].tenant_claim, "tid");
-        assert_eq!(c.auth.token_cache_seconds, 5, "shared settings stay at the top");
+        assert_eq!(
+            c.auth.token_cache_ttl,
+            Duration::from_secs(5),
+            "shared settings stay at the top"
+        );
         assert!(c.has_key_source());
 
         // A single-issuer setting beside the list, named with where it came
@@ -901,6 +1016,330 @@ tenant_claim = "tid"
         let (_dir, path) = in_file(&TWO_ISSUERS.replace("api://foldgate", "foldgate-console"));
         let c = Config::load(Some(&path), env(&[client, id_token, second])).unwrap();
         assert_eq!(c.console_sign_in().unwrap().unwrap().token, OidcToken::IdToken);
+    }
+
+    /// A configuration file holding `text`, and its directory (kept while
+    /// the file is used).
+    fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("foldgate.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    /// The settings of a file and an environment, before validation.
+    fn unchecked(text: &str, vars: &[(&str, &str)]) -> Result<Config, String> {
+        let (_dir, path) = file(text);
+        Config::unchecked(Some(&path), env(vars)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn durations_take_units_in_the_file_and_the_environment() {
+        type Get = fn(&Config) -> Duration;
+        const S: Duration = Duration::from_secs(1);
+        const MS: Duration = Duration::from_millis(1);
+        const DAY: Duration = Duration::from_secs(86_400);
+        // (section, field, the unit of a bare number, the setting)
+        let settings: &[(&str, &str, Duration, Get)] = &[
+            ("folding", "session_idle_timeout", S, |c| c.folding.session_idle_timeout),
+            ("supervisor", "claim_lease", MS, |c| c.supervisor.claim_lease),
+            ("auth", "jwks_timeout", S, |c| c.auth.jwks_timeout),
+            ("memory", "embeddings_timeout", MS, |c| c.memory.embeddings_timeout),
+            ("retention", "branches", DAY, |c| c.retention.branches),
+            ("database", "acquire_timeout", S, |c| c.database.acquire_timeout),
+        ];
+        // (TOML value, environment value, the duration for a unit)
+        type Of = fn(Duration) -> Duration;
+        let forms: &[(&str, &str, Of)] = &[
+            ("7", "7", |unit| 7 * unit),
+            ("\"500ms\"", "500ms", |_| 500 * MS),
+            ("\"30s\"", "30s", |_| 30 * S),
+            ("\"5m\"", "5m", |_| 300 * S),
+            ("\"1m30s\"", "1m30s", |_| 90 * S),
+            ("\"2h 15m\"", "2h 15m", |_| 8100 * S),
+        ];
+        for (section, field, unit, get) in settings {
+            for (toml, var_value, expected) in forms {
+                let expected = expected(*unit);
+                let in_file = unchecked(&format!("[{section}]\n{field} = {toml}\n"), &[]);
+                assert_eq!(in_file.map(|c| get(&c)), Ok(expected), "{section}.{field} = {toml}");
+                let var = format!("FOLDGATE_{}__{}", section, field).to_ascii_uppercase();
+                let in_env = unchecked("", &[(&var, var_value)]);
+                assert_eq!(in_env.map(|c| get(&c)), Ok(expected), "{var}={var_value}");
+            }
+        }
+        // A setting kept in whole seconds takes them in any unit.
+        let c = unchecked("[folding.timeout]\ndefault = \"2m\"\nmax = \"3600000ms\"\n", &[]);
+        let timeout = c.unwrap().folding.timeout;
+        assert_eq!((timeout.default, timeout.max), (120 * S, 3600 * S));
+    }
+
+    /// One file and one variable per renamed setting, under its former name.
+    fn every_former_name() -> Vec<(String, String, String, String)> {
+        let mut all = Vec::new();
+        for (section, renamed) in RENAMED {
+            for r in *renamed {
+                let var =
+                    format!("FOLDGATE_{}__{}", section.join("__"), r.old).to_ascii_uppercase();
+                all.push((
+                    format!("[{}]\n{} = 7\n", section.join("."), r.old),
+                    format!("[{}]\n{} = 7\n", section.join("."), r.new),
+                    var,
+                    format!("{}.{}", section.join("."), r.new),
+                ));
+            }
+        }
+        let entries = [
+            ("upstreams", "name = \"f\"\nurl = \"http://h/mcp\""),
+            (
+                "models",
+                "name = \"m\"\nprovider = \"openai\"\nbase_url = \"http://h/v1\"\nmodel = \"x\"",
+            ),
+        ];
+        for (list, renamed) in RENAMED_IN_LISTS {
+            let (_, entry) = entries.iter().find(|(l, _)| l == list).unwrap();
+            for r in *renamed {
+                all.push((
+                    format!("[[{list}]]\n{entry}\n{} = 7\n", r.old),
+                    format!("[[{list}]]\n{entry}\n{} = 7\n", r.new),
+                    String::new(),
+                    format!("{list}[0].{}", r.new),
+                ));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn former_names_still_work_in_the_file_and_the_environment() {
+        let former = every_former_name();
+        assert_eq!(former.len(), 21, "every renamed setting is here");
+        for (old, new, var, setting) in former {
+            let by_old = unchecked(&old, &[]).unwrap();
+            assert_eq!(by_old, unchecked(&new, &[]).unwrap(), "{setting}: {old}");
+            assert_ne!(by_old, Config::default(), "{setting}: {old} is read");
+            // The struct itself takes the former name too (as the admin API
+            // and the registrations kept in the database do).
+            assert_eq!(toml::from_str::<Config>(&old).unwrap(), by_old, "{setting}: alias");
+            if !var.is_empty() {
+                assert_eq!(unchecked("", &[(&var, "7")]).unwrap(), by_old, "{var}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_documents_list_every_former_name_and_the_duration_syntax() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let docs = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
+        let schema =
+            std::fs::read_to_string(format!("{root}/helm/foldgate/values.schema.json")).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(&schema).unwrap();
+        assert_eq!(
+            schema["definitions"]["duration"]["pattern"],
+            duration::TEXT_PATTERN,
+            "the chart takes the text the gateway does"
+        );
+        let mut rows = Vec::new();
+        for (section, renamed) in RENAMED {
+            for r in *renamed {
+                let at = section.join(".");
+                rows.push(format!("| `{at}.{}` | `{at}.{}` |", r.old, r.new));
+            }
+        }
+        for (list, renamed) in RENAMED_IN_LISTS {
+            for r in *renamed {
+                rows.push(format!("| `[[{list}]] {}` | `[[{list}]] {}` |", r.old, r.new));
+            }
+        }
+        for row in rows {
+            assert!(docs.contains(&row), "docs/configuration.md lacks {row}");
+        }
+        // The chart's schema takes both names of every renamed setting it
+        // exposes (it leaves `[memory]` out), the former one deprecated.
+        let config = &schema["properties"]["config"]["properties"];
+        let mut exposed = 0;
+        let sections = RENAMED.iter().map(|(section, renamed)| {
+            let node = section.iter().fold(config, |node, key| &node[*key]["properties"]);
+            (section.join("."), node, *renamed)
+        });
+        let lists = RENAMED_IN_LISTS.iter().map(|(list, renamed)| {
+            ((*list).to_owned(), &config[*list]["items"]["properties"], *renamed)
+        });
+        for (at, properties, renamed) in sections.chain(lists) {
+            if properties.is_null() {
+                assert_eq!(at, "memory", "the chart exposes [{at}]");
+                continue;
+            }
+            for r in renamed {
+                assert!(properties[r.new].is_object(), "the chart's {at}.{}", r.new);
+                assert_eq!(properties[r.old]["deprecated"], true, "the chart's {at}.{}", r.old);
+                exposed += 1;
+            }
+        }
+        assert_eq!(exposed, 18);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file_whichever_name_each_uses() {
+        let old_file = "[auth]\njwks_timeout_seconds = 5\n[runner]\nlease_seconds = 40\n";
+        let new_file = "[auth]\njwks_timeout = \"5s\"\n[runner]\nlease = \"40s\"\n";
+        let new_vars = [("FOLDGATE_AUTH__JWKS_TIMEOUT", "9s"), ("FOLDGATE_RUNNER__LEASE", "1m")];
+        let old_vars = [
+            ("FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS", "9"),
+            ("FOLDGATE_RUNNER__LEASE_SECONDS", "60"),
+        ];
+        for file in [old_file, new_file] {
+            assert_eq!(unchecked(file, &[]).unwrap().auth.jwks_timeout, Duration::from_secs(5));
+            for vars in [&new_vars, &old_vars] {
+                let c = unchecked(file, vars).unwrap();
+                assert_eq!(c.auth.jwks_timeout, Duration::from_secs(9), "{file} {vars:?}");
+                assert_eq!(c.runner.lease, Duration::from_secs(60), "{file} {vars:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_setting_given_under_both_names_is_refused_naming_both() {
+        let (_dir, path) = file("[auth]\njwks_timeout = \"5s\"\njwks_timeout_seconds = 5\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "configuration: {}: auth.jwks_timeout and auth.jwks_timeout_seconds are one \
+                 setting (jwks_timeout_seconds is its former name): set only jwks_timeout",
+                path.display()
+            )
+        );
+        let e = unchecked("[folding.timeout]\nmax = 60\nmax_seconds = 60\n", &[]).unwrap_err();
+        assert!(e.contains("folding.timeout.max and folding.timeout.max_seconds"), "{e}");
+        let e = unchecked(
+            "[[upstreams]]\nname = \"f\"\nurl = \"http://h\"\ntimeout = 5\ntimeout_seconds = 5\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("[[upstreams]] \"f\": timeout and timeout_seconds are one setting"));
+        for vars in [
+            [("FOLDGATE_AUTH__JWKS_TIMEOUT", "5s"), ("FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS", "5")],
+            [("FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS", "5"), ("FOLDGATE_AUTH__JWKS_TIMEOUT", "5s")],
+        ] {
+            let e = unchecked("", &vars).unwrap_err();
+            assert!(
+                e.contains(&format!("{} and {} both set auth.jwks_timeout", vars[0].0, vars[1].0)),
+                "{e}"
+            );
+        }
+        // Two names of a setting that was not renamed: the later wins, as
+        // before.
+        let vars = [("FOLDGATE_ACCESS_LOG", "true"), ("FOLDGATE_TELEMETRY__ACCESS_LOG", "false")];
+        assert!(!unchecked("", &vars).unwrap().telemetry.access_log);
+    }
+
+    #[test]
+    fn a_bad_duration_is_reported_naming_the_setting_and_the_forms_accepted() {
+        let seconds =
+            r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
+        let (_dir, path) = file("[auth]\njwks_timeout = \"5 parsecs\"\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert_eq!(e, format!("configuration: auth.jwks_timeout: {seconds}; got \"5 parsecs\""));
+        // From the environment, under either name: the variable is named.
+        for var in ["FOLDGATE_AUTH__JWKS_TIMEOUT", "FOLDGATE_AUTH__JWKS_TIMEOUT_SECONDS"] {
+            let e = Config::load(None, env(&[(var, "5 parsecs")])).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "configuration: {var} (setting auth.jwks_timeout): {seconds}; got \"5 parsecs\""
+                )
+            );
+        }
+        type Vars<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(&str, Vars<'_>, &str)] = &[
+            ("", &[("FOLDGATE_RUNNER__LEASE", "-5")], "got -5, which is negative"),
+            ("", &[("FOLDGATE_RUNNER__LEASE", "-5s")], "got \"-5s\", which is negative"),
+            ("[runner]\nlease = -5\n", &[], "runner.lease: expected"),
+            (
+                "[runner]\nlease = 1.5\n",
+                &[],
+                "runner.lease: expected a duration such as \"30s\", \"500ms\" or \"5m\", or a \
+                 whole number of seconds; got 1.5, which is not a whole number: write it with \
+                 units, as \"1s 500ms\"",
+            ),
+            (
+                "",
+                &[("FOLDGATE_SUPERVISOR__CLAIM_LEASE", "2.5")],
+                "or a whole number of milliseconds; got 2.5, which is not a whole number: write \
+                 it with units, as \"2ms 500us\"",
+            ),
+            (
+                "[retention]\naudit = 9223372036854775807\n",
+                &[],
+                "retention.audit: expected a duration such as \"30d\", \"12h\" or \"2w\", or a \
+                 whole number of days; got 9223372036854775807, which is too long",
+            ),
+            ("[retention]\naudit = \"99999999999999999999d\"\n", &[], "which is too long"),
+            (
+                "[folding.timeout]\ndefault = \"1500ms\"\n",
+                &[],
+                "folding.timeout.default: expected a duration in whole seconds such as \"30s\", \
+                 \"5m\" or \"1h\", or a whole number of seconds; got \"1500ms\", which is not a \
+                 whole number of seconds",
+            ),
+            (
+                "",
+                &[("FOLDGATE_FOLDING__TIMEOUT__MAX_SECONDS", "2.5")],
+                "FOLDGATE_FOLDING__TIMEOUT__MAX_SECONDS (setting folding.timeout.max): expected a \
+                 duration in whole seconds",
+            ),
+            ("[api]\nrequest_timeout = true\n", &[], "api.request_timeout: invalid type"),
+        ];
+        for (text, vars, expected) in cases {
+            let e = unchecked(text, vars).unwrap_err();
+            assert!(e.contains(expected), "{text} {vars:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn duration_ranges_are_checked_and_reported_with_units() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("FOLDGATE_SUPERVISOR__CLAIM_LEASE", "2d")],
+                "[supervisor] supervisor claim_lease must be from 1ms to 1d, got 2d",
+            ),
+            (
+                &[("FOLDGATE_RUNNER__LEASE_SECONDS", "2")],
+                "[runner] lease must be from 3s to 1h, got 2s",
+            ),
+            (
+                &[("FOLDGATE_TELEMETRY__STORE_POLL_INTERVAL", "5ms")],
+                "[telemetry] store_poll_interval must be from 10ms to 1h, got 5ms",
+            ),
+            (
+                &[("FOLDGATE_MEMORY__EMBEDDINGS_CACHE_TTL", "2h")],
+                "[memory] embeddings_cache_ttl must be from 1s to 1h, got 2h",
+            ),
+            (
+                &[("FOLDGATE_RETENTION__INTERVAL", "500ms")],
+                "[retention] retention interval must be from 1s to 1d, got 500ms",
+            ),
+            (
+                &[("FOLDGATE_RETENTION__BRANCHES", "40000d")],
+                "[retention] retention branches must be from 0s to 36500d, got 40000d",
+            ),
+            (
+                &[("FOLDGATE_FOLDING__TIMEOUT__DEFAULT", "20m")],
+                "[folding] timeout.default (20m) exceeds timeout.max (10m)",
+            ),
+            (
+                &[("FOLDGATE_JWT_SECRET", &"k".repeat(40)), ("FOLDGATE_AUTH__LEEWAY", "6m")],
+                "[auth] leeway must be from 0s to 5m, got 6m",
+            ),
+        ];
+        for (vars, expected) in cases {
+            let e = Config::load(None, env(vars)).unwrap_err().to_string();
+            assert!(e.contains(expected), "{vars:?}: {e}");
+        }
+        // Zero keeps what ended forever.
+        let c = Config::load(None, env(&[("FOLDGATE_RETENTION__AUDIT_DAYS", "0")])).unwrap();
+        assert!(c.retention.audit.is_zero());
     }
 
     #[test]

@@ -166,7 +166,7 @@ fn integers_beyond_i64_are_capped_like_any_large_one() {
             panic!("a create")
         };
         assert_eq!(create.budget.tokens(), config.budget.max_budget, "{budget}");
-        assert_eq!(create.timeout.seconds(), config.timeout.max_seconds);
+        assert_eq!(u64::from(create.timeout.seconds()), config.timeout.max.as_secs());
     }
     let e = parse_json(
         FoldingTool::BranchCreate,

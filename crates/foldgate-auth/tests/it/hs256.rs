@@ -169,7 +169,7 @@ async fn scopes_from_scope_and_scp() {
 #[tokio::test]
 async fn leeway_is_honoured_on_the_injected_clock() {
     let clock = clock();
-    let config = AuthConfig { leeway_seconds: 30, ..hs_config() };
+    let config = AuthConfig { leeway: Duration::from_secs(30), ..hs_config() };
     let auth = authenticator(&config, &clock).await;
     let t = now(&clock);
     let expiring = sign_hs256(&patch(claims(&clock), &json!({"exp": t + 10})), SECRET);
@@ -185,7 +185,7 @@ async fn leeway_is_honoured_on_the_injected_clock() {
     let err = auth.authenticate(&expiring).await.unwrap_err();
     assert_eq!(err.kind(), "expired", "expired 31 s ago: beyond the leeway");
 
-    let strict = authenticator(&AuthConfig { leeway_seconds: 0, ..hs_config() }, &clock).await;
+    let strict = authenticator(&AuthConfig { leeway: Duration::ZERO, ..hs_config() }, &clock).await;
     let err = strict.authenticate(&future).await;
     assert!(err.is_ok(), "nbf has passed by now");
     let ahead = sign_hs256(&patch(claims(&clock), &json!({"nbf": now(&clock) + 1})), SECRET);

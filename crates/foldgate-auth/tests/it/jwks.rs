@@ -255,12 +255,12 @@ async fn a_withdrawn_key_stops_working_once_the_cache_is_past_its_maximum_age() 
 }
 
 #[tokio::test]
-async fn a_remembered_token_is_verified_again_after_token_cache_seconds() {
+async fn a_remembered_token_is_verified_again_after_token_cache_ttl() {
     // Arrange: a token verified once, then its key withdrawn.
     let clock = clock();
     let (key, other) = (TestKey::p256(), TestKey::p256());
     let server = JwksServer::start(vec![key.jwk(Some("k")), other.jwk(Some("other"))]).await;
-    let config = AuthConfig { token_cache_seconds: 60, ..jwks_only(&server.url) };
+    let config = AuthConfig { token_cache_ttl: Duration::from_secs(60), ..jwks_only(&server.url) };
     let auth = authenticator(&config, &clock).await;
     let mut driver = foldgate_background::Driver::default();
     auth.register(&mut driver);
@@ -349,7 +349,7 @@ async fn an_unreachable_or_hanging_jwks_is_unavailable() {
             open.push(socket);
         }
     });
-    let config = AuthConfig { jwks_timeout_seconds: 1, ..jwks_only(&hanging) };
+    let config = AuthConfig { jwks_timeout: Duration::from_secs(1), ..jwks_only(&hanging) };
     let started = std::time::Instant::now();
     let auth = authenticator(&config, &clock).await;
     assert!(started.elapsed() < Duration::from_secs(5), "startup waits at most the JWKS timeout");

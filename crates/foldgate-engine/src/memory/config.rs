@@ -2,7 +2,10 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use foldgate_domain::TenantId;
+use foldgate_domain::{
+    TenantId,
+    duration::{self, Renamed},
+};
 use foldgate_scrub::{InjectionLoadError, InjectionRules};
 use serde::Deserialize;
 
@@ -39,22 +42,28 @@ pub struct MemoryConfig {
     pub distill_tenants: Vec<String>,
     /// Retention: the most items a tenant keeps (the oldest go first).
     pub max_items_per_tenant: u64,
-    /// Retention: items older than this many days are deleted.
-    pub max_age_days: u32,
+    /// Retention: items older than this are deleted. A bare number counts
+    /// days.
+    #[serde(alias = "max_age_days", deserialize_with = "duration::days")]
+    pub max_age: Duration,
     /// A TOML file of injection-screen rules added to the built-in ones
     /// (`[[rules]]` with `id`, `description`, `regex`).
     pub screen_rules_file: Option<PathBuf>,
     /// With an embeddings model: how long a search or an injection waits
     /// for the query's vector (and the tenant's vectors, when this replica
-    /// has to read them) before it ranks by full text alone.
-    pub embeddings_timeout_ms: u64,
+    /// has to read them) before it ranks by full text alone. A bare number
+    /// counts milliseconds.
+    #[serde(alias = "embeddings_timeout_ms", deserialize_with = "duration::millis")]
+    pub embeddings_timeout: Duration,
     /// With an embeddings model: the cosine similarity below which an item
     /// does not count as related by its vector (it may still be by its
     /// terms).
     pub embeddings_min_similarity: f64,
     /// How long a replica ranks by the vectors it read of a tenant before
     /// it checks (one cheap statement) whether others were written since.
-    pub embeddings_cache_seconds: u64,
+    /// A bare number counts seconds.
+    #[serde(alias = "embeddings_cache_seconds", deserialize_with = "duration::seconds")]
+    pub embeddings_cache_ttl: Duration,
     /// The most memory a replica gives to tenants' vectors (MiB); the
     /// tenants ranked least recently go first.
     pub embeddings_cache_mib: u64,
@@ -73,17 +82,24 @@ impl Default for MemoryConfig {
             inject_flagged: false,
             distill_tenants: Vec::new(),
             max_items_per_tenant: 10_000,
-            max_age_days: 365,
+            max_age: Duration::from_secs(365 * 24 * 3600),
             screen_rules_file: None,
-            embeddings_timeout_ms: 500,
+            embeddings_timeout: Duration::from_millis(500),
             embeddings_min_similarity: 0.3,
-            embeddings_cache_seconds: 30,
+            embeddings_cache_ttl: Duration::from_secs(30),
             embeddings_cache_mib: 256,
         }
     }
 }
 
 impl MemoryConfig {
+    /// The former names of its settings.
+    pub const RENAMED: &'static [Renamed] = &[
+        Renamed::new("max_age_days", "max_age"),
+        Renamed::new("embeddings_timeout_ms", "embeddings_timeout"),
+        Renamed::new("embeddings_cache_seconds", "embeddings_cache_ttl"),
+    ];
+
     /// Checks the settings, naming the first one that is wrong.
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         let share = |name: &str, v: f64| {
@@ -104,12 +120,22 @@ impl MemoryConfig {
         if self.memory_max_items > 100 {
             return Err("memory_max_items must be at most 100".into());
         }
-        if self.max_items_per_tenant == 0 || self.max_age_days == 0 {
-            return Err("max_items_per_tenant and max_age_days must be above 0".into());
+        if self.max_items_per_tenant == 0 {
+            return Err("max_items_per_tenant must be above 0".into());
         }
-        if !(1..=60_000).contains(&self.embeddings_timeout_ms) {
-            return Err("embeddings_timeout_ms must be from 1 to 60000".into());
-        }
+        // At most a century: longer cannot be subtracted from a date.
+        duration::check_range(
+            "max_age",
+            self.max_age,
+            Duration::from_secs(1),
+            Duration::from_secs(100 * 365 * 24 * 3600),
+        )?;
+        duration::check_range(
+            "embeddings_timeout",
+            self.embeddings_timeout,
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )?;
         if !(-1.0..=1.0).contains(&self.embeddings_min_similarity) {
             return Err(format!(
                 "embeddings_min_similarity must be from -1 to 1, got {}",
@@ -117,9 +143,12 @@ impl MemoryConfig {
             )
             .into());
         }
-        if !(1..=3_600).contains(&self.embeddings_cache_seconds) {
-            return Err("embeddings_cache_seconds must be from 1 to 3600".into());
-        }
+        duration::check_range(
+            "embeddings_cache_ttl",
+            self.embeddings_cache_ttl,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
         if !(1..=1_048_576).contains(&self.embeddings_cache_mib) {
             return Err("embeddings_cache_mib must be from 1 to 1048576".into());
         }
@@ -128,10 +157,6 @@ impl MemoryConfig {
 }
 
 impl MemoryConfig {
-    pub fn embeddings_timeout(&self) -> Duration {
-        Duration::from_millis(self.embeddings_timeout_ms)
-    }
-
     /// Whether `tenant`'s gateway-run branches are distilled.
     pub fn distills(&self, tenant: &TenantId) -> bool {
         self.enabled && self.distill_tenants.iter().any(|t| t == "*" || t == tenant.as_str())

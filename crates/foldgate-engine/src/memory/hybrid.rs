@@ -6,7 +6,7 @@
 //! items nearest the query by cosine similarity of their vectors (at least
 //! `embeddings_min_similarity`), by reciprocal rank fusion ([`RRF_K`]).
 //! The query's vector and the tenant's vectors are had within
-//! `embeddings_timeout_ms`; past it, or when either fails, the query is
+//! `embeddings_timeout`; past it, or when either fails, the query is
 //! ranked by full text alone (logged, and counted), never failed.
 //!
 //! An item is embedded after it is stored, off the request's path, by the
@@ -69,7 +69,7 @@ impl Embedding {
         Self {
             embedder,
             vectors: Arc::new(VectorCache::new(
-                std::time::Duration::from_secs(config.embeddings_cache_seconds),
+                config.embeddings_cache_ttl,
                 usize::try_from(bytes).unwrap_or(usize::MAX),
             )),
             queries: QueryCache::new(QUERY_CACHE_ENTRIES),
@@ -317,14 +317,17 @@ impl MemoryBank {
                 Ok(vectors.nearest(&query, n, floor))
             }
         };
-        match tokio::time::timeout(self.config.embeddings_timeout(), work).await {
+        match tokio::time::timeout(self.config.embeddings_timeout, work).await {
             Ok(Ok(nearest)) => Some(nearest),
             Ok(Err((reason, error))) => {
                 self.fell_back(tenant, model, reason, &error);
                 None
             }
             Err(_elapsed) => {
-                let waited = format!("no vectors within {} ms", self.config.embeddings_timeout_ms);
+                let waited = format!(
+                    "no vectors within {}",
+                    foldgate_domain::duration::show(self.config.embeddings_timeout)
+                );
                 self.fell_back(tenant, model, "timeout", &waited);
                 None
             }

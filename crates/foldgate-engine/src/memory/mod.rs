@@ -346,11 +346,14 @@ impl MemoryBank {
         failed.map_or(Ok(written), Err)
     }
 
-    /// Retention: deletes items older than `max_age_days`, then each
+    /// Retention: deletes items older than `max_age`, then each
     /// tenant's oldest beyond `max_items_per_tenant`. How many went.
     pub async fn prune(&self) -> Result<u64, FoldError> {
-        let age = chrono::Duration::days(i64::from(self.config.max_age_days));
-        let older_than = self.clock.now() - age;
+        // A validated `max_age` is at most a century.
+        let older_than = chrono::Duration::from_std(self.config.max_age)
+            .ok()
+            .and_then(|age| self.clock.now().checked_sub_signed(age))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
         let pruned =
             self.store.prune_memories(older_than, self.config.max_items_per_tenant).await?;
         if pruned > 0 {

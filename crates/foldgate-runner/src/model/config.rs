@@ -1,7 +1,8 @@
 //! A `[[models]]` entry: which provider, where, with which key, for which tenants.
 
-use std::fmt;
+use std::{fmt, time::Duration};
 
+use foldgate_domain::duration::{self, Renamed};
 use genai::adapter::AdapterKind;
 use serde::{Deserialize, Serialize};
 
@@ -56,9 +57,17 @@ pub struct ModelConfig {
     /// The most tokens one answer may have (the cap before the budget's).
     #[serde(default = "default_max_output")]
     pub max_output_tokens: u32,
-    /// Longest one call (one attempt) may take.
-    #[serde(default = "default_timeout")]
-    pub timeout_seconds: u64,
+    /// Longest one call (one attempt) may take: text with units (`"2m"`,
+    /// `"90s"`) or a whole number of seconds. Formerly `timeout_seconds`,
+    /// still accepted.
+    #[serde(
+        default = "default_timeout",
+        alias = "timeout_seconds",
+        deserialize_with = "duration::seconds",
+        serialize_with = "duration::serialize"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = duration::DurationSchema))]
+    pub timeout: Duration,
     /// Ask for answers as server-sent events rather than one body.
     #[serde(default)]
     pub stream: bool,
@@ -74,8 +83,8 @@ fn default_max_output() -> u32 {
     2_048
 }
 
-fn default_timeout() -> u64 {
-    120
+fn default_timeout() -> Duration {
+    Duration::from_secs(120)
 }
 
 // The key never appears in logs or `check-config` output.
@@ -89,7 +98,7 @@ impl fmt::Debug for ModelConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "***"))
             .field("tenants", &self.tenants)
             .field("max_output_tokens", &self.max_output_tokens)
-            .field("timeout_seconds", &self.timeout_seconds)
+            .field("timeout", &self.timeout)
             .field("stream", &self.stream)
             .field("embeddings", &self.embeddings)
             .finish()
@@ -97,6 +106,9 @@ impl fmt::Debug for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The former names of its settings.
+    pub const RENAMED: &'static [Renamed] = &[Renamed::new("timeout_seconds", "timeout")];
+
     /// Checks the declaration (without resolving `${VAR}`s).
     pub fn validate(&self) -> Result<(), foldgate_domain::ConfigError> {
         let name = &self.name;
@@ -123,9 +135,12 @@ impl ModelConfig {
         if !(1..=1_000_000).contains(&self.max_output_tokens) {
             return Err("max_output_tokens must be between 1 and 1000000".into());
         }
-        if !(1..=3_600).contains(&self.timeout_seconds) {
-            return Err("timeout_seconds must be between 1 and 3600".into());
-        }
+        duration::check_range(
+            "timeout",
+            self.timeout,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
         if self.embeddings && self.provider != Provider::Openai {
             return Err(format!(
                 "embeddings = true needs provider = \"openai\" (an OpenAI-compatible \

@@ -6,10 +6,10 @@
 //! id (`model`), so that changing the model makes the backfill embed every
 //! lesson again rather than compare vectors of two models.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use foldgate_domain::TenantId;
+use foldgate_domain::{TenantId, duration};
 use foldgate_engine::{EmbedError, Embedder};
 use foldgate_store::TenantScope;
 use genai::embed::EmbedRequest;
@@ -20,7 +20,7 @@ use crate::RunMetrics;
 impl Model {
     /// One call of an embeddings model: one vector per text, in order.
     /// Not retried (a query falls back to full text; an item is tried
-    /// again by the backfill); at most `timeout_seconds`.
+    /// again by the backfill); at most `timeout`.
     pub async fn embed(
         &self,
         texts: &[String],
@@ -29,15 +29,10 @@ impl Model {
         let started = std::time::Instant::now();
         let request = EmbedRequest::new_batch(texts.to_vec());
         let call = self.client.exec_embed(self.target(), request, None);
-        let result = match tokio::time::timeout(
-            Duration::from_secs(self.config.timeout_seconds),
-            call,
-        )
-        .await
-        {
+        let result = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_elapsed) => Err(Fault {
                 kind: FaultKind::Timeout,
-                detail: format!("no answer within {} s", self.config.timeout_seconds),
+                detail: format!("no answer within {}", duration::show(self.config.timeout)),
                 retry_after: None,
             }),
             Ok(Err(e)) => Err(self.fault(&e)),

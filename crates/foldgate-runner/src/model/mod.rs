@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use foldgate_domain::{TenantId, Tokens};
+use foldgate_domain::{TenantId, Tokens, duration};
 use genai::{
     ModelIden, ServiceTarget,
     chat::{
@@ -92,7 +92,7 @@ pub enum FaultKind {
     RateLimited,
     /// 5xx or 408: retried.
     ServerError,
-    /// No answer within `timeout_seconds`: retried.
+    /// No answer within `timeout`: retried.
     Timeout,
     /// Not reached (connection refused, reset): retried.
     Unreachable,
@@ -235,18 +235,19 @@ impl Model {
         loop {
             attempt += 1;
             let started = std::time::Instant::now();
-            let result = tokio::time::timeout(
-                Duration::from_secs(self.config.timeout_seconds),
-                self.attempt(request.clone(), &options),
-            )
-            .await
-            .unwrap_or_else(|_elapsed| {
-                Err(Fault {
-                    kind: FaultKind::Timeout,
-                    detail: format!("no answer within {} s", self.config.timeout_seconds),
-                    retry_after: None,
-                })
-            });
+            let result =
+                tokio::time::timeout(self.config.timeout, self.attempt(request.clone(), &options))
+                    .await
+                    .unwrap_or_else(|_elapsed| {
+                        Err(Fault {
+                            kind: FaultKind::Timeout,
+                            detail: format!(
+                                "no answer within {}",
+                                duration::show(self.config.timeout)
+                            ),
+                            retry_after: None,
+                        })
+                    });
             observer.attempt(
                 &self.config,
                 started.elapsed(),

@@ -28,7 +28,7 @@ fn declarations_are_checked_and_keys_never_print() {
     );
     good.validate().unwrap();
     assert_eq!(good.max_output_tokens, 2_048);
-    assert_eq!(good.timeout_seconds, 120);
+    assert_eq!(good.timeout, Duration::from_secs(120));
     assert_eq!(good.endpoint(), "http://127.0.0.1:8000/v1/");
     assert!(!format!("{good:?}").contains("sk-secret"));
     for (bad, why) in [
@@ -38,8 +38,11 @@ fn declarations_are_checked_and_keys_never_print() {
         (ModelConfig { model: String::new(), ..good.clone() }, "model"),
         (ModelConfig { tenants: Some(Vec::new()), ..good.clone() }, "tenants"),
         (ModelConfig { max_output_tokens: 0, ..good.clone() }, "max_output_tokens"),
-        (ModelConfig { timeout_seconds: 0, ..good.clone() }, "timeout_seconds"),
-        (ModelConfig { timeout_seconds: 3_601, ..good.clone() }, "timeout_seconds"),
+        (ModelConfig { timeout: Duration::ZERO, ..good.clone() }, "timeout must be from 1s to 1h"),
+        (
+            ModelConfig { timeout: Duration::from_secs(3_601), ..good.clone() },
+            "timeout must be from 1s to 1h, got 1h 1s",
+        ),
         (
             ModelConfig { provider: Provider::Anthropic, embeddings: true, ..good.clone() },
             "embeddings = true needs provider = \"openai\"",
@@ -61,7 +64,7 @@ fn tenants_see_their_models_first_one_default() {
         api_key: Some("${KEY}".into()),
         tenants: Some(vec!["acme".into()]),
         max_output_tokens: 100,
-        timeout_seconds: 5,
+        timeout: Duration::from_secs(5),
         stream: false,
         embeddings: false,
     };
@@ -96,7 +99,7 @@ fn the_first_embeddings_model_serving_a_tenant_serves_its_memory() {
         api_key: None,
         tenants: None,
         max_output_tokens: 100,
-        timeout_seconds: 5,
+        timeout: Duration::from_secs(5),
         stream: false,
         embeddings: false,
     };

@@ -86,12 +86,12 @@ impl BackgroundTask for WatchEnds {
 
 impl Runner {
     /// Registers the reconcilers: `run_takeover` every
-    /// `runner.poll_interval_seconds` (and at once), `run_ends` every
+    /// `runner.poll_interval` (and at once), `run_ends` every
     /// [`BRANCH_CHECK`]. They stop before the runs give their leases up
     /// ([`Runner::stopped`]).
     pub fn register(self: &Arc<Self>, driver: &mut Driver) {
         let take_over =
-            TaskDef::new("run_takeover", StopOrder::RUNS).period(self.config.poll_interval());
+            TaskDef::new("run_takeover", StopOrder::RUNS).period(self.config.poll_interval);
         driver.register(take_over, TakeOver(Arc::clone(self)));
         let ends = TaskDef::new("run_ends", StopOrder::RUNS).period(BRANCH_CHECK);
         driver.register(ends, WatchEnds(Arc::clone(self)));

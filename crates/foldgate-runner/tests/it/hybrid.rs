@@ -215,7 +215,7 @@ async fn a_slow_or_failing_model_leaves_full_text_within_the_timeout(backend: Ba
     env.bank(config()).record(&env.alice, lesson(VACUUM)).await.unwrap();
     vectors(&env.store, "acme", MODEL, 1).await;
     let timeout = Duration::from_millis(300);
-    let config = MemoryConfig { embeddings_timeout_ms: 300, ..config() };
+    let config = MemoryConfig { embeddings_timeout: timeout, ..config() };
 
     env.server.embeddings_delay(Some(Duration::from_secs(5)));
     let slow = env.bank(config.clone());

@@ -24,7 +24,7 @@ fn embeddings_model(base_url: &str, model: &str, tenants: Option<&[&str]>) -> Mo
         api_key: Some("sk-embeddings".into()),
         tenants: tenants.map(|list| list.iter().map(|t| (*t).to_owned()).collect()),
         max_output_tokens: 1,
-        timeout_seconds: 30,
+        timeout: Duration::from_secs(30),
         stream: false,
         embeddings: true,
     }

@@ -9,7 +9,7 @@
 //! rank with that model is measured too. The figures are printed
 //! (`--nocapture`) and reported in `docs/memory.md`; the assertions keep
 //! them from sliding back.
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use foldgate_domain::{
     BranchId, Confidence, MemoryId, MemoryKind, MemorySource, Provenance, Subject, TenantId,
@@ -97,14 +97,14 @@ async fn ranking_on_the_labelled_set(backend: Backend) {
         let model = std::env::var("FOLDGATE_EVAL_EMBEDDINGS_MODEL")
             .unwrap_or_else(|_| "all-MiniLM-L6-v2".to_owned());
         let mut external = embeddings_model(&url, &model, None);
-        external.timeout_seconds = 120;
+        external.timeout = Duration::from_secs(120);
         hybrid(&store, &set, &ids, &external, backend).await;
     }
 }
 
 /// The settings measured, with time enough for a model on a CPU.
 fn default() -> MemoryConfig {
-    MemoryConfig { embeddings_timeout_ms: 30_000, ..MemoryConfig::default() }
+    MemoryConfig { embeddings_timeout: Duration::from_secs(30), ..MemoryConfig::default() }
 }
 
 /// Embeds every lesson with `model`, then measures the hybrid rank at the

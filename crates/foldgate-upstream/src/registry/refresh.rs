@@ -1,5 +1,5 @@
 //! Each upstream's tool list, kept fresh by a task of the background
-//! driver: every `refresh_seconds` while the upstream answers, sooner (with
+//! driver: every `refresh_interval` while the upstream answers, sooner (with
 //! backoff) while it does not, and shortly after a call to it failed.
 
 use std::{sync::Arc, time::Duration};
@@ -28,7 +28,7 @@ pub(super) fn spawn(spawner: &Spawner, upstream: &Arc<Upstream>) -> TaskHandle {
 /// It stops with the tasks serving requests, dropping a listing in flight.
 fn def(upstream: &Upstream) -> TaskDef {
     TaskDef::new(format!("upstream_tools:{}", upstream.name()), StopOrder::SERVING)
-        .period(upstream.config.refresh())
+        .period(upstream.config.refresh_interval)
         .trigger(upstream.recheck.clone())
         .on_stop(OnStop::Abandon)
 }
@@ -37,7 +37,7 @@ fn def(upstream: &Upstream) -> TaskDef {
 #[derive(Debug)]
 struct Refresher {
     upstream: Arc<Upstream>,
-    /// The wait after the next failure; doubles up to `refresh_seconds`.
+    /// The wait after the next failure; doubles up to `refresh_interval`.
     retry: Duration,
 }
 
@@ -73,7 +73,7 @@ impl Refresher {
                     listing.last_error = Some(why.clone());
                 }
                 let wait = self.retry;
-                self.retry = (self.retry * 2).min(upstream.config.refresh());
+                self.retry = (self.retry * 2).min(upstream.config.refresh_interval);
                 let retry_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
                 Activation::failed(why, json!({"up": false, "retry_in_ms": retry_ms}))
                     .next(Next::After(wait))

@@ -270,7 +270,7 @@ async fn a_branch_shows_its_calls_and_its_runs_steps(backend: Backend) {
         api_key: Some("sk-operator-key".into()),
         tenants: Some(vec!["acme".into()]),
         max_output_tokens: 1_024,
-        timeout_seconds: 5,
+        timeout: std::time::Duration::from_secs(5),
         stream: false,
         embeddings: false,
     };
@@ -626,7 +626,7 @@ async fn upstreams_and_models_are_listed_with_their_health(backend: Backend) {
         api_key: Some("sk-test".into()),
         tenants: Some(vec!["acme".into()]),
         max_output_tokens: 1_024,
-        timeout_seconds: 5,
+        timeout: std::time::Duration::from_secs(5),
         stream: false,
         embeddings: false,
     };
@@ -678,7 +678,10 @@ async fn upstreams_and_models_are_listed_with_their_health(backend: Backend) {
 }
 
 async fn retention_deletes_old_trees_while_the_gateway_runs(backend: Backend) {
-    let gw = TestGateway::start_with(backend, |c| c.retention.interval_seconds = 1).await;
+    let gw = TestGateway::start_with(backend, |c| {
+        c.retention.interval = std::time::Duration::from_secs(1)
+    })
+    .await;
     let agent = client(&gw.url, &gw.write_token("acme", "alice"), Era::Discover).await;
     for session in ["old", "new"] {
         let created =

@@ -254,7 +254,10 @@ fn refuses_an_embeddings_model_that_does_not_speak_openai() {
     let out = check_config(&toml, &[("LLM_API_KEY", "k"), ("FILES_TOKEN", "t")]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("embeddings_timeout_ms must be from 1 to 60000"), "{stderr}");
+    assert!(
+        stderr.contains("[memory] embeddings_timeout must be from 1ms to 1m, got 0s"),
+        "the former name is read, and the message says the new one, with units: {stderr}"
+    );
 }
 
 /// An identity provider on loopback with two realms: `a`, whose discovery

@@ -514,7 +514,7 @@ async fn lessons_are_ranked_by_embeddings_when_a_model_is_configured(backend: Ba
     let gw = TestGateway::start_with(backend, |c| {
         c.models = vec![embeddings];
         c.memory.embeddings_min_similarity = 0.1;
-        c.memory.embeddings_timeout_ms = 300;
+        c.memory.embeddings_timeout = Duration::from_millis(300);
     })
     .await;
     let alice = client(&gw.url, &gw.write_token("acme", "alice"), Era::Legacy).await;

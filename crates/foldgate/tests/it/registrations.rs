@@ -206,6 +206,121 @@ async fn registrations_are_live_on_every_replica_without_a_restart(backend: Back
     configured.down().await;
 }
 
+/// Durations in a registration take units, or a whole number of seconds
+/// under the new name or the former one; both names at once, or a value
+/// that is no duration, are refused naming the field. The declaration is
+/// kept under the new names, and read back from the database.
+async fn registrations_take_durations_with_units_or_former_names(backend: Backend) {
+    let gw =
+        TestGateway::start_with(backend, |c| c.admin.credential_env_prefix = PREFIX.into()).await;
+    let deployment = Admin::deployment(&gw);
+    let upstream = |name: &str, durations: Value| {
+        let mut declared = json!({"name": name, "url": "http://127.0.0.1:9/mcp"});
+        declared.as_object_mut().unwrap().extend(durations.as_object().unwrap().clone());
+        declared
+    };
+    let model = |name: &str, durations: Value| {
+        let mut declared = json!({
+            "name": name, "provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+        });
+        declared.as_object_mut().unwrap().extend(durations.as_object().unwrap().clone());
+        declared
+    };
+    let seconds =
+        r#"expected a duration such as "30s", "500ms" or "5m", or a whole number of seconds"#;
+    for (path, bad, why) in [
+        (
+            "/upstreams",
+            upstream("u", json!({"timeout": "5s", "timeout_seconds": 5})),
+            "timeout and timeout_seconds are one setting".to_owned(),
+        ),
+        (
+            "/upstreams",
+            upstream("u", json!({"refresh_interval": 1, "refresh_seconds": 1})),
+            "refresh_interval and refresh_seconds are one setting".to_owned(),
+        ),
+        (
+            "/upstreams",
+            upstream("u", json!({"timeout": "5 parsecs"})),
+            format!("timeout: {seconds}; got \"5 parsecs\""),
+        ),
+        (
+            "/upstreams",
+            upstream("u", json!({"refresh_seconds": -1})),
+            "refresh_seconds: expected a duration".to_owned(),
+        ),
+        (
+            "/upstreams",
+            upstream("u", json!({"timeout": "2h"})),
+            "timeout must be from 1s to 1h, got 2h".to_owned(),
+        ),
+        (
+            "/models",
+            model("m", json!({"timeout": 60, "timeout_seconds": 60})),
+            "timeout and timeout_seconds are one setting".to_owned(),
+        ),
+        ("/models", model("m", json!({"timeout": 1.5})), "not a whole number".to_owned()),
+    ] {
+        let (status, body) = deployment.send_json(Method::POST, path, Some(bad.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&why), "{bad}: {message}");
+    }
+
+    for (path, declared) in [
+        (
+            "/upstreams",
+            upstream("by-units", json!({"timeout": "1m30s", "refresh_interval": "1500ms"})),
+        ),
+        (
+            "/upstreams",
+            upstream("by-former-names", json!({"timeout_seconds": 20, "refresh_seconds": 2})),
+        ),
+        ("/upstreams", upstream("by-numbers", json!({"timeout": 20}))),
+        ("/models", model("by-units", json!({"timeout": "2m"}))),
+        ("/models", model("by-former-name", json!({"timeout_seconds": 45}))),
+    ] {
+        let (status, body) = deployment.send_json(Method::POST, path, Some(declared.clone())).await;
+        assert_eq!(status, StatusCode::CREATED, "{declared}: {body}");
+    }
+    // Kept under the new names, as text with units.
+    let audit = deployment.read("/audit").await;
+    let detail = |name: &str, kind: &str| {
+        audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["target"] == name && e["action"] == format!("{kind}.register"))
+            .map(|e| e["detail"].clone())
+            .unwrap_or_else(|| panic!("{kind} {name} in {audit}"))
+    };
+    let timings = |d: Value| {
+        (
+            d["timeout"].clone(),
+            d.get("refresh_interval").cloned(),
+            d.get("timeout_seconds").cloned(),
+        )
+    };
+    assert_eq!(
+        timings(detail("by-units", "upstream")),
+        (json!("1m 30s"), Some(json!("1s 500ms")), None)
+    );
+    assert_eq!(
+        timings(detail("by-former-names", "upstream")),
+        (json!("20s"), Some(json!("2s")), None)
+    );
+    assert_eq!(timings(detail("by-numbers", "upstream")), (json!("20s"), Some(json!("30s")), None));
+    assert_eq!(timings(detail("by-units", "model")), (json!("2m"), None, None));
+    assert_eq!(timings(detail("by-former-name", "model")), (json!("45s"), None, None));
+    // And read back from the database: every registration is listed.
+    let listed = deployment.read("/upstreams").await;
+    assert_eq!(listed["upstreams"].as_array().unwrap().len(), 3, "{listed}");
+    let listed = deployment.read("/models").await;
+    assert_eq!(listed["models"].as_array().unwrap().len(), 2, "{listed}");
+
+    gw.stop().await;
+}
+
 fn with_key(model: &Value, key: &str) -> Value {
     let mut m = model.clone();
     m["api_key"] = json!(key);
@@ -214,5 +329,6 @@ fn with_key(model: &Value, key: &str) -> Value {
 
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    registrations_are_live_on_every_replica_without_a_restart
+    registrations_are_live_on_every_replica_without_a_restart,
+    registrations_take_durations_with_units_or_former_names
 );

@@ -148,7 +148,7 @@ async fn runs_at_the_same_time_see_only_their_own_context() {
 #[tokio::test]
 async fn provider_faults_are_retried_then_fail_clearly() {
     let Env { gw, agent, model, _files } = env(Backend::Sqlite, Provider::Openai, false, |c| {
-        c.models[0].timeout_seconds = 1;
+        c.models[0].timeout = Duration::from_secs(1);
     })
     .await;
     let run_it = |session: &str, description: &str| {

@@ -35,7 +35,7 @@ fn model_config(server: &ModelServer, provider: Provider, stream: bool) -> Model
         api_key: Some(KEY.into()),
         tenants: Some(vec!["acme".into()]),
         max_output_tokens: 1_024,
-        timeout_seconds: 5,
+        timeout: Duration::from_secs(5),
         stream,
         embeddings: false,
     }

@@ -113,7 +113,7 @@ async fn every_queried_series_exists_after_one_fold(backend: Backend) {
         api_key: Some("sk-test".into()),
         tenants: None,
         max_output_tokens: 256,
-        timeout_seconds: 5,
+        timeout: Duration::from_secs(5),
         stream: false,
         embeddings: false,
     };
