@@ -216,7 +216,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Config::load(config.as_deref(), std::env::vars()).map_err(anyhow::Error::msg)?;
             otel_settings()?;
             let checked = check::deep_check(&config, connect).await?;
-            println!("configuration is valid (database {})", config.database_url.to_string());
+            println!("configuration is valid (database {})", config.database_url);
             for line in checked {
                 println!("{line}");
             }
