@@ -154,6 +154,22 @@ fn schemas_name_every_argument_and_refuse_others() {
     assert_eq!(create["required"], json!(["session_id", "description"]));
 }
 
+/// Found by the `mcp_message` fuzz target: `branch_status` and `session_end`
+/// enforced the session id's form without their schemas saying so.
+#[test]
+fn every_session_id_states_its_rules() {
+    let mut seen = 0;
+    for tool in FoldingTool::ALL {
+        let schema = input_schema(tool);
+        let Some(session) = schema["properties"].get("session_id") else { continue };
+        seen += 1;
+        assert_eq!(session["pattern"], "^[A-Za-z0-9._:-]+$", "{tool:?}");
+        assert_eq!(session["minLength"], 1, "{tool:?}");
+        assert_eq!(session["maxLength"], 128, "{tool:?}");
+    }
+    assert!(seen >= 4, "{seen}");
+}
+
 /// Found by the `mcp_message` fuzz target: an integral number too large for
 /// an i64 (`1e16` as a float, `2^64`) satisfies the published schema
 /// (`"type": "integer"`, `"minimum": 256`) but was refused as not an integer.
