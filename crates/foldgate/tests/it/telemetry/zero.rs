@@ -250,7 +250,10 @@ async fn every_queried_series_exists_after_one_fold(backend: Backend) {
             .all(|s| s.value == 0.0)
     );
     assert_eq!(value(&after_fold, "foldgate_branches_created_total", &[acme]), Some(1.0));
-    assert_eq!(value(&after_fold, "foldgate_branches_active", &[acme]), Some(0.0));
+    // The last reading of the database: 0 or 1, as a reading may have come
+    // while the branch was open.
+    let active = value(&after_fold, "foldgate_branches_active", &[acme]);
+    assert!(matches!(active, Some(v) if v == 0.0 || v == 1.0), "{active:?}");
     // acme's calls to the upstream serving it, at zero; none to the one
     // serving globex alone.
     for direction in ["in", "out"] {
