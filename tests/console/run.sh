@@ -173,18 +173,20 @@ ISSUER="http://127.0.0.1:$IDP_PORT"
 ISSUER_B="http://127.0.0.1:$IDP_B_PORT"
 AUDIENCE_B="api://foldgate-b"
 OIDC_BASE="http://127.0.0.1:$OIDC_PORT"
+# Random secrets may start with `-`: they are passed as `--name=value`, which
+# node's parseArgs reads as the value whatever it starts with.
 OIDC_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_urlsafe(12))')
 OIDC_AGENT_SECRET=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
 OIDC_AGENT_SECRET_B=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
 oidc_args=()
 (cd "$HERE" && exec node oidc-provider.mjs --port "$IDP_PORT" --gateway "$OIDC_BASE" \
-  --audience "$OIDC_BASE/mcp" --password "$OIDC_PASSWORD" --agent-secret "$OIDC_AGENT_SECRET" \
+  --audience "$OIDC_BASE/mcp" --password="$OIDC_PASSWORD" --agent-secret="$OIDC_AGENT_SECRET" \
   >"$DIR/idp.stdout" 2>"$DIR/idp.stderr") &
 PIDS+=($!)
 IDP_PID=$!
 (cd "$HERE" && exec node oidc-provider.mjs --port "$IDP_B_PORT" --gateway "$OIDC_BASE" \
   --audience "$AUDIENCE_B" --audience "$OIDC_BASE/mcp" --tenant-claim org --agent-tenant globex \
-  --password "$OIDC_PASSWORD" --agent-secret "$OIDC_AGENT_SECRET_B" \
+  --password="$OIDC_PASSWORD" --agent-secret="$OIDC_AGENT_SECRET_B" \
   >"$DIR/idp-b.stdout" 2>"$DIR/idp-b.stderr") &
 PIDS+=($!)
 IDP_B_PID=$!
@@ -208,9 +210,9 @@ if started "$DIR/idp.stdout" '^oidc provider listening at ' "$IDP_PID" &&
     >"$DIR/oidc.stdout" 2>"$DIR/oidc.stderr") &
   PIDS+=($!)
   if started "$DIR/oidc.stdout" '^foldgate is serving MCP at ' $!; then
-    oidc_args=(--oidc-base "$OIDC_BASE" --oidc-issuer "$ISSUER" --oidc-password "$OIDC_PASSWORD"
-      --oidc-agent-secret "$OIDC_AGENT_SECRET" --oidc-issuer-b "$ISSUER_B"
-      --oidc-audience-b "$AUDIENCE_B" --oidc-agent-secret-b "$OIDC_AGENT_SECRET_B")
+    oidc_args=(--oidc-base "$OIDC_BASE" --oidc-issuer "$ISSUER" --oidc-password="$OIDC_PASSWORD"
+      --oidc-agent-secret="$OIDC_AGENT_SECRET" --oidc-issuer-b "$ISSUER_B"
+      --oidc-audience-b "$AUDIENCE_B" --oidc-agent-secret-b="$OIDC_AGENT_SECRET_B")
   else
     echo "the gateway with OpenID Connect sign-in did not start; its output:"
     cat "$DIR/oidc.stdout" "$DIR/oidc.stderr" || true
