@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::error::ScrubError;
 use crate::report::Report;
 use crate::ruleset::RuleSet;
-use crate::scan::{Finding, MAX_PASSES, SecretIndex};
+use crate::scan::{Finding, SecretIndex, settle};
 
 /// The result of scrubbing a JSON value.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,21 +43,9 @@ impl RuleSet {
     /// [`ScrubError::Internal`] if a detected value would survive.
     pub fn scrub_json(&self, value: &Value) -> Result<ScrubbedJson, ScrubError> {
         // Passes until one finds nothing, as `scrub_text` makes them.
-        let mut scrubbed = self.scrub_json_once(value)?;
-        let mut passes = 1;
-        while !scrubbed.report.is_clean() {
-            let again = self.scrub_json_once(&scrubbed.value)?;
-            if again.report.is_clean() {
-                break;
-            }
-            passes += 1;
-            if passes > MAX_PASSES {
-                return Err(ScrubError::Internal("redacting does not settle"));
-            }
-            scrubbed.report.add(again.report);
-            scrubbed.value = again.value;
-        }
-        Ok(scrubbed)
+        let once = |value: &Value| self.scrub_json_once(value).map(|s| (s.value, s.report));
+        let (value, report) = settle(once(value)?, once)?;
+        Ok(ScrubbedJson { value, report })
     }
 
     /// One pass of [`RuleSet::scrub_json`].

@@ -26,6 +26,30 @@ use crate::ruleset::RuleSet;
 /// the passes settle; past this many the text is refused (fail closed).
 pub(crate) const MAX_PASSES: usize = 8;
 
+/// Repeats `pass` on its own output, from the first pass's, until a pass
+/// finds nothing; the reports add up. Refused past [`MAX_PASSES`].
+pub(crate) fn settle<T>(
+    first: (T, Report),
+    pass: impl Fn(&T) -> Result<(T, Report), ScrubError>,
+) -> Result<(T, Report), ScrubError> {
+    let (mut out, mut report) = first;
+    let mut found = !report.is_clean();
+    let mut passes = 1;
+    while found {
+        let (again, more) = pass(&out)?;
+        found = !more.is_clean();
+        if found {
+            passes += 1;
+            if passes > MAX_PASSES {
+                return Err(ScrubError::Internal("redacting does not settle"));
+            }
+            report.add(more);
+            out = again;
+        }
+    }
+    Ok((out, report))
+}
+
 /// Opening of every redaction marker.
 pub(crate) const MARKER_PREFIX: &str = "[REDACTED:";
 
@@ -57,21 +81,9 @@ impl RuleSet {
     /// limit, [`ScrubError::Internal`] if a detected value would survive.
     /// Either way the input must not be passed on.
     pub fn scrub_text(&self, text: &str) -> Result<Scrubbed, ScrubError> {
-        let mut scrubbed = self.scrub_text_once(text)?;
-        let mut passes = 1;
-        while !scrubbed.report.is_clean() {
-            let again = self.scrub_text_once(&scrubbed.text)?;
-            if again.report.is_clean() {
-                break;
-            }
-            passes += 1;
-            if passes > MAX_PASSES {
-                return Err(ScrubError::Internal("redacting does not settle"));
-            }
-            scrubbed.report.add(again.report);
-            scrubbed.text = again.text;
-        }
-        Ok(scrubbed)
+        let once = |text: &str| self.scrub_text_once(text).map(|s| (s.text, s.report));
+        let (text, report) = settle(once(text)?, |text: &String| once(text))?;
+        Ok(Scrubbed { text, report })
     }
 
     /// One pass of [`RuleSet::scrub_text`].
