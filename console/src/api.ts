@@ -153,7 +153,11 @@ export interface LimitOverrides {
   upstreams?: string[];
   tokens_per_day?: number;
   tokens_per_month?: number;
+  tool_listing?: ToolListing;
 }
+
+/** How `tools/list` shows upstream tools: every one, or `tool_search` and those used. */
+export type ToolListing = "full" | "search";
 
 /** The limits a tenant's branches are held to: the deployment's, with its overrides. */
 export interface EffectiveLimits {
@@ -171,6 +175,7 @@ export interface EffectiveLimits {
   /** null: no quota. */
   tokens_per_day: number | null;
   tokens_per_month: number | null;
+  tool_listing: ToolListing;
 }
 
 export interface LimitsView {

@@ -602,6 +602,7 @@ try {
     await page.getByLabel("Default budget").fill("12000");
     await page.getByLabel("Max budget").fill("48,000");
     await page.getByLabel("Tokens per day").fill("2000000");
+    await page.getByLabel("Tool listing").selectOption("search");
     await page.getByRole("button", { name: "Save" }).click();
     const saved = page.locator("#limits-outcome.note-ok");
     await saved.waitFor();
@@ -617,6 +618,12 @@ try {
         (await limitValue("max_depth"))[1] === "deployment's",
       { max, def, day },
     );
+    const listing = await limitValue("tool_listing");
+    check(
+      "the tool listing chosen is shown as set for this tenant",
+      listing[0] === "search: tool_search and the tools used" && listing[1] === "set for this tenant",
+      listing,
+    );
     const bar = await page.getByRole("img", { name: /^Spent today: / }).getAttribute("aria-label");
     check("today's spending is shown against the new daily quota", /of 2,000,000 tokens spent/.test(bar ?? ""), bar);
     const who = await page.locator(".last-change").innerText();
@@ -625,7 +632,9 @@ try {
     check(
       "the admin API confirms the overrides and the effective limits",
       api.status === 200 &&
-        JSON.stringify(api.body.overrides) === JSON.stringify({ default_budget: 12000, max_budget: 48000, tokens_per_day: 2000000 }) &&
+        JSON.stringify(api.body.overrides) ===
+          JSON.stringify({ default_budget: 12000, max_budget: 48000, tokens_per_day: 2000000, tool_listing: "search" }) &&
+        api.body.effective.tool_listing === "search" &&
         api.body.effective.max_budget === 48000 &&
         api.body.effective.tokens_per_day === 2000000,
       api,

@@ -5,7 +5,7 @@
 
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
-import { ApiError, admin, type LimitOverrides, type LimitsView } from "../api";
+import { ApiError, admin, type LimitOverrides, type LimitsView, type ToolListing } from "../api";
 import {
   ConfirmButton,
   ErrorNote,
@@ -32,7 +32,7 @@ type NumberName =
   | "tokens_per_day"
   | "tokens_per_month";
 type ListName = "models" | "upstreams";
-type FieldName = NumberName | ListName;
+type FieldName = NumberName | ListName | "tool_listing";
 
 interface NumberField {
   name: NumberName;
@@ -136,8 +136,16 @@ const LISTS: { name: ListName; label: string; noun: string; none: string }[] = [
   },
 ];
 
-/** The form as typed: numbers as text, lists as comma-separated names. */
-type Draft = Record<NumberName, string> & Record<ListName, string> & Record<`${ListName}None`, boolean>;
+/** How each tool listing reads, in the table and the form. */
+const LISTINGS: Record<ToolListing, string> = {
+  full: "full: every upstream tool",
+  search: "search: tool_search and the tools used",
+};
+
+/** The form as typed: numbers as text, lists as comma-separated names, the listing ("" keeps the deployment's). */
+type Draft = Record<NumberName, string> &
+  Record<ListName, string> &
+  Record<`${ListName}None`, boolean> & { tool_listing: "" | ToolListing };
 
 function draftOf(o: LimitOverrides): Draft {
   const draft = {} as Draft;
@@ -147,6 +155,7 @@ function draftOf(o: LimitOverrides): Draft {
     draft[l.name] = list ? list.join(", ") : "";
     draft[`${l.name}None`] = list !== undefined && list.length === 0;
   }
+  draft.tool_listing = o.tool_listing ?? "";
   return draft;
 }
 
@@ -179,6 +188,7 @@ function overridesOf(draft: Draft): { overrides?: LimitOverrides; errors: Partia
       .filter((n) => n !== "");
     if (names.length > 0) overrides[l.name] = [...new Set(names)];
   }
+  if (draft.tool_listing !== "") overrides.tool_listing = draft.tool_listing;
   return Object.keys(errors).length > 0 ? { errors } : { overrides, errors };
 }
 
@@ -191,7 +201,7 @@ function fieldsOf(error: ApiError): FieldName[] {
     const mentioned = BUDGETS.filter((b) => error.message.includes(`${b} (`));
     return mentioned.length > 0 ? mentioned : BUDGETS;
   }
-  const known: string[] = [...NUMBER_FIELDS.map((f) => f.name), ...LISTS.map((l) => l.name)];
+  const known: string[] = [...NUMBER_FIELDS.map((f) => f.name), ...LISTS.map((l) => l.name), "tool_listing"];
   return known.includes(named) ? [named as FieldName] : [];
 }
 
@@ -223,6 +233,7 @@ function Effective(props: { view: LimitsView }) {
       };
     }),
     ...LISTS.map((l) => ({ name: l.name, label: l.label, value: listText(effective[l.name]) })),
+    { name: "tool_listing", label: "Tool listing", value: LISTINGS[effective.tool_listing] },
   ];
   return (
     <section class="panel" aria-labelledby="effective-title">
@@ -249,7 +260,10 @@ function Effective(props: { view: LimitsView }) {
               <td>
                 <code class="field-name">{r.name}</code>
               </td>
-              <td class={r.name === "models" || r.name === "upstreams" ? "wrap" : "num"} data-col="value">
+              <td
+                class={r.name === "models" || r.name === "upstreams" || r.name === "tool_listing" ? "wrap" : "num"}
+                data-col="value"
+              >
                 {r.value}
               </td>
               <td data-col="from">
@@ -493,6 +507,29 @@ function EditForm(props: {
               </div>
             );
           })}
+        </div>
+      </fieldset>
+      <fieldset>
+        <legend>Upstream tools in its agents' tool list</legend>
+        <div class="field">
+          <label for="limit-tool_listing">Tool listing</label>
+          <select
+            id="limit-tool_listing"
+            name="tool_listing"
+            value={draft.tool_listing}
+            aria-invalid={invalid("tool_listing") ? true : undefined}
+            aria-describedby={describedBy("tool_listing", "limit-tool_listing-hint")}
+            onChange={(e) => set("tool_listing", (e.currentTarget as HTMLSelectElement).value)}
+          >
+            <option value="">
+              the deployment's ({view.overrides.tool_listing === undefined ? view.effective.tool_listing : "as configured"})
+            </option>
+            <option value="full">{LISTINGS.full}</option>
+            <option value="search">{LISTINGS.search}</option>
+          </select>
+          <span class="hint field-hint" id="limit-tool_listing-hint">
+            search lists tool_search instead of every tool; any tool it may call is called by name either way
+          </span>
         </div>
       </fieldset>
       {changedElsewhere && edited ? (

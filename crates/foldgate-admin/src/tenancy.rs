@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use axum::{Json, extract::State};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
-use foldgate_domain::{TenantId, TenantSettings, Tokens};
+use foldgate_domain::{TenantId, TenantSettings, Tokens, ToolListing};
 use foldgate_engine::Rules;
 use foldgate_store::{UsageKind, UsageLine};
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,8 @@ pub struct EffectiveLimits {
     /// Absent: no quota.
     pub tokens_per_day: Option<Tokens>,
     pub tokens_per_month: Option<Tokens>,
+    /// How `tools/list` shows upstream tools to its agents.
+    pub tool_listing: ToolListing,
 }
 
 impl EffectiveLimits {
@@ -61,6 +63,7 @@ impl EffectiveLimits {
             upstreams: rules.settings.upstreams.clone(),
             tokens_per_day: rules.settings.tokens_per_day,
             tokens_per_month: rules.settings.tokens_per_month,
+            tool_listing: rules.tool_listing,
         }
     }
 }

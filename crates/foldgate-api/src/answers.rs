@@ -366,6 +366,49 @@ impl StillRunning {
     }
 }
 
+/// `tool_search`'s answer.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ToolSearchAnswer {
+    /// The best matches, best first: call any of them by `name`, with arguments that follow its
+    /// `inputSchema`.
+    pub tools: Vec<FoundTool>,
+    /// How many upstream tools you may call, all of which were searched.
+    pub tools_searched: usize,
+}
+
+/// A tool `tool_search` found, as `tools/list` would show it, with its score.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FoundTool {
+    /// `<upstream>__<tool>`: the name to call it by.
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON schema its arguments must follow.
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Map<String, Value>,
+    /// The JSON schema of its structured result, when it declares one.
+    #[serde(rename = "outputSchema", skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Map<String, Value>>,
+    /// How well it matches the query (BM25; higher is better, comparable only within one
+    /// answer).
+    pub score: f64,
+}
+
+impl FoundTool {
+    pub fn new(tool: &rmcp::model::Tool, score: f32) -> Self {
+        Self {
+            name: tool.name.to_string(),
+            title: tool.title.clone(),
+            description: tool.description.as_ref().map(ToString::to_string),
+            input_schema: (*tool.input_schema).clone(),
+            output_schema: tool.output_schema.as_ref().map(|s| (**s).clone()),
+            score: (f64::from(score) * 1000.0).round() / 1000.0,
+        }
+    }
+}
+
 /// The `outputSchema` of a folding tool: the JSON schema of its answer, an
 /// object at the root as MCP requires.
 pub fn output_schema(tool: FoldingTool) -> Map<String, Value> {
@@ -378,6 +421,7 @@ pub fn output_schema(tool: FoldingTool) -> Map<String, Value> {
         FoldingTool::MemorySearch => schemars::schema_for!(MemorySearchAnswer),
         FoldingTool::MemoryRecord => schemars::schema_for!(MemoryRecorded),
         FoldingTool::MemoryFeedback => schemars::schema_for!(MemoryFeedbackAnswer),
+        FoldingTool::ToolSearch => schemars::schema_for!(ToolSearchAnswer),
     })
 }
 

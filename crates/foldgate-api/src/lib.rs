@@ -46,6 +46,7 @@ pub mod names {
     pub const MEMORY_SEARCH: &str = FoldingTool::MemorySearch.name();
     pub const MEMORY_RECORD: &str = FoldingTool::MemoryRecord.name();
     pub const MEMORY_FEEDBACK: &str = FoldingTool::MemoryFeedback.name();
+    pub const TOOL_SEARCH: &str = FoldingTool::ToolSearch.name();
     pub use crate::call::BRANCH_HEADER;
     pub use foldgate_upstream::meter::{BRANCH_META_KEY, METERING_META_KEY};
 }

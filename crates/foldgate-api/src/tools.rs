@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use foldgate_domain::{BranchId, BranchKind, EndReason, Principal};
+use foldgate_domain::{BranchId, BranchKind, EndReason, Principal, ToolListing};
 use foldgate_engine::{FoldError, FoldingService, StatusQuery};
 use foldgate_runner::{Grant, Runner};
 use rmcp::{
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::{
     answers::{
         self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, NoBranch,
-        RunAnswer, RunView, SessionEndAnswer, StillRunning, to_value,
+        FoundTool, RunAnswer, RunView, SessionEndAnswer, StillRunning, ToolSearchAnswer, to_value,
     },
     args::{self, FoldingTool, Parsed},
     auth::Authenticated,
@@ -94,8 +94,9 @@ impl FoldingTools {
                 Some(bank) => memory::call(bank, who, call).await?,
                 None => return Err(FoldError::MemoryDisabled),
             },
-            Parsed::Run(_) => {
-                // Answered by `run`, which needs the request's context.
+            Parsed::Run(_) | Parsed::ToolSearch { .. } => {
+                // Answered by `run` and `tool_search`, which need the
+                // caller's scopes or the request's context.
                 return Err(FoldError::Busy);
             }
             Parsed::Status(query) => {
@@ -334,6 +335,15 @@ fn tool(t: FoldingTool) -> Tool {
             false,
             false,
         ),
+        FoldingTool::ToolSearch => (
+            "Find an upstream tool",
+            "Find the upstream tools (your team's servers behind the gateway) that can do what you \
+             need: describe the action and what it acts on, e.g. \"list open pull requests\". \
+             Returns the best matches with their input schemas; call one by its name as you \
+             would any listed tool. Only the tools you may call are searched.",
+            true,
+            false,
+        ),
         FoldingTool::MemoryFeedback => (
             "Say whether a lesson helped",
             "Tell the gateway whether following a lesson (from injected_context or \
@@ -380,18 +390,35 @@ impl ServerHandler for FoldingTools {
             .is_some_and(|w| !self.runner.models().names_for(&w.principal.tenant).is_empty());
         // The memory's tools, when it is on.
         let memory = self.service.memory().is_some();
+        // The upstream tools the caller may call: all of them, or, for a
+        // tenant that lists them by search, `tool_search` and those its
+        // sessions used.
+        let mut upstream = who.as_ref().map_or_else(Vec::new, |w| self.upstreams.tools_for(w));
+        let listing = who.as_ref().map_or(ToolListing::Full, |w| {
+            self.service.tenant_rules().of(&w.principal.tenant).tool_listing
+        });
+        let search = listing == ToolListing::Search && !upstream.is_empty();
+        if let (ToolListing::Search, Some(who)) = (listing, &who) {
+            upstream = match self.service.session_tools(&who.principal).await {
+                Ok(used) => self.upstreams.tools_named(who, &used),
+                Err(e) => {
+                    // The list still works; the used tools can be found again.
+                    tracing::warn!(error = %e, "reading the tools of the caller's sessions failed");
+                    Vec::new()
+                }
+            };
+        }
         let mut tools: Vec<Tool> = FOLDING_TOOLS
             .iter()
             .filter(|t| match FoldingTool::from_name(&t.name) {
                 Some(FoldingTool::BranchRun) => runs,
+                Some(FoldingTool::ToolSearch) => search,
                 Some(tool) if tool.is_memory() => memory,
                 _ => true,
             })
             .cloned()
             .collect();
-        if let Some(who) = who {
-            tools.extend(self.upstreams.tools_for(&who));
-        }
+        tools.extend(upstream);
         // What a principal may call differs by tenant and scope: never
         // share the list.
         Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))
@@ -501,6 +528,14 @@ impl ServerHandler for FoldingTools {
                 proxy::call(&self.service, who, call, branch).await
             }
             Checked::Folding(Parsed::Run(req)) => self.run(who, req, &context).await,
+            Checked::Folding(Parsed::ToolSearch { query, limit }) => {
+                let (found, searched) = self.upstreams.search(who, &query, usize::try_from(limit).unwrap_or(usize::MAX));
+                let answer = ToolSearchAnswer {
+                    tools: found.iter().map(|(tool, score)| FoundTool::new(tool, *score)).collect(),
+                    tools_searched: searched,
+                };
+                Ok(CallToolResult::structured(to_value(&answer)).into())
+            }
             Checked::Folding(parsed) => {
                 let tool = parsed.tool();
                 match self.call(&who.principal, parsed).await {

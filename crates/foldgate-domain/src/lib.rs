@@ -40,6 +40,6 @@ pub use session::{Session, SessionStatus};
 /// ([`EndReason`], [`LimitKind`], and the refusal and rejection kinds of the
 /// store and authentication), so that their series can start at zero.
 pub use strum::VariantArray;
-pub use tenant::TenantSettings;
+pub use tenant::{TenantSettings, ToolListing};
 pub use text::{Description, Message, Prompt, strip_control};
 pub use timeout::{TimeoutPolicy, TimeoutRequest};

@@ -50,6 +50,33 @@ pub struct TenantSettings {
     /// The same for a calendar month (UTC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_per_month: Option<Tokens>,
+    /// How its agents' `tools/list` shows upstream tools: every one
+    /// (`full`), or only those its sessions have used, beside `tool_search`
+    /// (`search`). Absent: the deployment's `api.tool_listing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_listing: Option<ToolListing>,
+}
+
+/// How `tools/list` shows the upstream tools a caller may call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ToolListing {
+    /// Every upstream tool the caller may call.
+    #[default]
+    Full,
+    /// `tool_search` instead, and the upstream tools the caller's open
+    /// sessions have called. Any permitted tool can still be called by name.
+    Search,
+}
+
+impl ToolListing {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Search => "search",
+        }
+    }
 }
 
 /// The most names an allow-list may hold.

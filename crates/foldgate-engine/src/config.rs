@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use foldgate_domain::{BudgetPolicy, Limits, TimeoutPolicy, duration};
+use foldgate_domain::{BudgetPolicy, Limits, TimeoutPolicy, ToolListing, duration};
 use serde::Deserialize;
 
 use crate::Encoding;
@@ -30,6 +30,10 @@ pub struct FoldingConfig {
     pub session_idle_timeout: Duration,
     /// The tokenizer used to count every token the gateway meters.
     pub encoding: Encoding,
+    /// How `tools/list` shows upstream tools to a tenant without its own
+    /// setting: `full` (every tool it may call) or `search` (`tool_search`
+    /// and the tools its open sessions have used).
+    pub tool_listing: ToolListing,
 }
 
 impl Default for FoldingConfig {
@@ -42,6 +46,7 @@ impl Default for FoldingConfig {
             session_end_timeout: Duration::from_secs(30),
             session_idle_timeout: Duration::from_secs(3600),
             encoding: Encoding::default(),
+            tool_listing: ToolListing::default(),
         }
     }
 }

@@ -18,7 +18,7 @@ use std::{
 };
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
-use foldgate_domain::{BudgetPolicy, Limits, TenantId, TenantSettings, Tokens};
+use foldgate_domain::{BudgetPolicy, Limits, TenantId, TenantSettings, Tokens, ToolListing};
 use foldgate_store::{UsageKind, UsageLine};
 
 use crate::{FoldError, FoldingConfig, FoldingService};
@@ -33,6 +33,7 @@ pub struct Rules {
     pub budget: BudgetPolicy,
     pub limits: Limits,
     pub max_depth: u32,
+    pub tool_listing: ToolListing,
 }
 
 impl Rules {
@@ -41,6 +42,7 @@ impl Rules {
             budget: settings.budget(&base.budget),
             limits: settings.limits(&base.limits),
             max_depth: settings.max_depth.unwrap_or(base.max_depth),
+            tool_listing: settings.tool_listing.unwrap_or(base.tool_listing),
             settings,
         }
     }

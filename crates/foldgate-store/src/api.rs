@@ -114,6 +114,25 @@ pub trait Store:
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
+    /// Records that a tenant's session called these upstream tools (by the
+    /// names agents see); one already recorded keeps its first use.
+    async fn add_session_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        tools: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The upstream tools a principal's open sessions have called, by name,
+    /// at most `limit` of them (the first used first).
+    async fn session_tools_of(
+        &self,
+        tenant: &TenantId,
+        owner: &Subject,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError>;
+
     /// The usage outside branches recorded for a tenant's session.
     async fn outside_usage(
         &self,

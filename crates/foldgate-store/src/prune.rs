@@ -42,8 +42,9 @@ pub trait Prune {
     ) -> Result<PrunedTrees, StoreError>;
 
     /// Deletes up to `batch` sessions that ended before `before` and have no
-    /// branch left, and up to `batch` rows of usage outside branches not
-    /// added to since then. Returns the sessions deleted.
+    /// branch left, up to `batch` rows of the tools of sessions no longer
+    /// kept, and up to `batch` rows of usage outside branches not added to
+    /// since then. Returns the sessions deleted.
     async fn prune_sessions(&self, before: DateTime<Utc>, batch: u32) -> Result<u64, StoreError>;
 
     /// Deletes up to `batch` audit entries older than `before`.
@@ -155,6 +156,15 @@ where
             .execute(&self.pool)
             .await?
             .rows_affected();
+            sqlx::query(
+                "DELETE FROM session_tools WHERE (tenant_id, session_id, tool) IN ( \
+                 SELECT t.tenant_id, t.session_id, t.tool FROM session_tools AS t \
+                 WHERE NOT EXISTS (SELECT 1 FROM sessions AS s \
+                 WHERE s.tenant_id = t.tenant_id AND s.session_id = t.session_id) LIMIT $1)",
+            )
+            .bind(i64::from(batch))
+            .execute(&self.pool)
+            .await?;
             sqlx::query(
                 "DELETE FROM usage_outside_branches WHERE (tenant_id, session_id) IN ( \
                  SELECT tenant_id, session_id FROM usage_outside_branches \

@@ -305,6 +305,58 @@ where
         .await
     }
 
+    async fn add_session_tools(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        tools: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.timed("add_session_tools", async {
+            // Few at a time (a session's new tools since the last flush):
+            // one statement each, in one transaction.
+            let mut tx = D::begin(&self.pool).await?;
+            for tool in tools {
+                sqlx::query(
+                    "INSERT INTO session_tools (tenant_id, session_id, tool, first_used_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, session_id, tool) DO NOTHING",
+                )
+                .bind(tenant.as_str())
+                .bind(session.as_str())
+                .bind(tool.as_str())
+                .bind(Ts(at))
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn session_tools_of(
+        &self,
+        tenant: &TenantId,
+        owner: &Subject,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        self.timed("session_tools_of", async {
+            let tools: Vec<String> = sqlx::query_scalar(
+                "SELECT t.tool FROM session_tools AS t \
+                 JOIN sessions AS s ON s.tenant_id = t.tenant_id AND s.session_id = t.session_id \
+                 WHERE s.tenant_id = $1 AND s.owner_sub = $2 AND s.status = 'open' \
+                 GROUP BY t.tool ORDER BY MIN(t.first_used_at), t.tool LIMIT $3",
+            )
+            .bind(tenant.as_str())
+            .bind(owner.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(tools)
+        })
+        .await
+    }
+
     async fn outside_usage(
         &self,
         tenant: &TenantId,

@@ -29,6 +29,7 @@
 //! dev-dependency.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, reason = "test support")]
 
+pub mod catalog;
 pub mod child;
 #[cfg(feature = "gateway")]
 pub mod gateway;

@@ -138,6 +138,9 @@ pub struct UpstreamBuilder {
     structured_echo: bool,
     unrecorded: bool,
     name: Option<&'static str>,
+    /// Offered instead of the files tools; each answers a line naming
+    /// itself and its arguments.
+    serving: Option<Arc<Vec<Tool>>>,
 }
 
 impl UpstreamBuilder {
@@ -167,6 +170,13 @@ impl UpstreamBuilder {
         self
     }
 
+    /// Offers these tools instead of the files tools ([`crate::catalog`]'s,
+    /// say). A call of one answers `<tool> done: <arguments as JSON>`.
+    pub fn serving(mut self, tools: Vec<Tool>) -> Self {
+        self.serving = Some(Arc::new(tools));
+        self
+    }
+
     /// The name the server gives in its `serverInfo`.
     pub fn named(mut self, name: &'static str) -> Self {
         self.name = Some(name);
@@ -175,6 +185,9 @@ impl UpstreamBuilder {
 
     /// The tools this server offers.
     fn offered(&self) -> Vec<Tool> {
+        if let Some(tools) = &self.serving {
+            return tools.to_vec();
+        }
         let mut tools = catalogue();
         if let Some(wanted) = &self.tools {
             tools.retain(|t| wanted.contains(&t.name.as_ref()));
@@ -245,6 +258,8 @@ impl UpstreamBuilder {
 struct Files {
     tools: Arc<Vec<Tool>>,
     structured_echo: bool,
+    /// Serving tools of its own ([`UpstreamBuilder::serving`]).
+    generic: bool,
     name: Option<&'static str>,
     hold: Arc<Hold>,
     /// `None` when calls are not noted.
@@ -256,6 +271,7 @@ impl Files {
         Self {
             tools: Arc::new(builder.offered()),
             structured_echo: builder.structured_echo,
+            generic: builder.serving.is_some(),
             name: builder.name,
             hold: Arc::default(),
             calls: Arc::new((!builder.unrecorded).then(Mutex::default)),
@@ -316,6 +332,10 @@ impl ServerHandler for Files {
         }
         self.note(&request, &context);
         let args = request.arguments.unwrap_or_default();
+        if self.generic {
+            let line = format!("{} done: {}", request.name, Value::Object(args));
+            return Ok(CallToolResult::success(vec![ContentBlock::text(line)]).into());
+        }
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let lines = || args.get("lines").and_then(Value::as_u64).unwrap_or(12) as usize;
         let result = match request.name.as_ref() {

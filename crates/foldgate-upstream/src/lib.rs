@@ -16,6 +16,7 @@ pub mod meter;
 pub mod metrics;
 mod oauth;
 mod registry;
+pub mod search;
 
 pub(crate) use client::CallError;
 pub use config::{

@@ -562,6 +562,30 @@ impl Upstreams {
         tools
     }
 
+    /// The upstream tools a principal may call (as [`Upstreams::tools_for`])
+    /// that best match `query`, best first, with their scores
+    /// ([`crate::search`]); and how many tools were searched.
+    pub fn search(&self, who: &dyn Caller, query: &str, limit: usize) -> (Vec<(Tool, f32)>, usize) {
+        let tools = self.tools_for(who);
+        let found = crate::search::rank(&tools, query, limit)
+            .into_iter()
+            .filter_map(|(i, score)| tools.get(i).map(|t| (t.clone(), score)))
+            .collect();
+        (found, tools.len())
+    }
+
+    /// Of these namespaced names, the tools a principal may call now (of
+    /// upstreams that answer), in the order given; the others are left out.
+    pub fn tools_named(&self, who: &dyn Caller, names: &[String]) -> Vec<Tool> {
+        names
+            .iter()
+            .filter_map(|name| match self.lookup(who, name) {
+                Lookup::Found(upstream, tool) if upstream.is_up() => Some(tool.tool.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Resolves a namespaced tool name for a principal. A tool of an
     /// upstream that is down is still found (and tried) if it was listed.
     pub fn lookup(&self, who: &dyn Caller, name: &str) -> Lookup {

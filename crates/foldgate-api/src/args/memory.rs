@@ -88,23 +88,8 @@ impl Args<'_> {
     pub(super) fn memory(&self, tool: FoldingTool) -> Result<MemoryCall, ArgError> {
         Ok(match tool {
             FoldingTool::MemorySearch => {
-                let query = self.required_str("query")?;
-                let chars = query.chars().count();
-                if query.trim().is_empty() || chars > MAX_QUERY_CHARS {
-                    return Err(ArgError::new(
-                        "query",
-                        format!("must be 1-{MAX_QUERY_CHARS} characters"),
-                    ));
-                }
-                let limit = match self.optional_int("limit")? {
-                    None => DEFAULT_SEARCH_LIMIT,
-                    Some(n) => u32::try_from(n)
-                        .ok()
-                        .filter(|n| (1..=MAX_SEARCH_LIMIT).contains(n))
-                        .ok_or_else(|| {
-                            ArgError::new("limit", format!("must be 1-{MAX_SEARCH_LIMIT}"))
-                        })?,
-                };
+                let query = self.query(MAX_QUERY_CHARS)?;
+                let limit = self.limit(DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?;
                 let kind = self.optional_str("kind")?.map(str::parse).transpose()?;
                 MemoryCall::Search { query: query.to_owned(), kind, limit }
             }

@@ -46,10 +46,11 @@ pub enum FoldingTool {
     MemorySearch,
     MemoryRecord,
     MemoryFeedback,
+    ToolSearch,
 }
 
 impl FoldingTool {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::BranchCreate,
         Self::BranchReturn,
         Self::BranchRun,
@@ -58,6 +59,7 @@ impl FoldingTool {
         Self::MemorySearch,
         Self::MemoryRecord,
         Self::MemoryFeedback,
+        Self::ToolSearch,
     ];
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -74,6 +76,7 @@ impl FoldingTool {
             Self::MemorySearch => "memory_search",
             Self::MemoryRecord => "memory_record",
             Self::MemoryFeedback => "memory_feedback",
+            Self::ToolSearch => "tool_search",
         }
     }
 
@@ -85,7 +88,7 @@ impl FoldingTool {
     /// The scope a token needs to call the tool.
     pub const fn scope(self) -> &'static str {
         match self {
-            Self::BranchStatus => auth::SCOPE_READ,
+            Self::BranchStatus | Self::ToolSearch => auth::SCOPE_READ,
             Self::MemorySearch => auth::SCOPE_MEMORY_READ,
             Self::MemoryRecord | Self::MemoryFeedback => auth::SCOPE_MEMORY_WRITE,
             _ => auth::SCOPE_WRITE,
@@ -228,6 +231,27 @@ pub struct SessionEndArgs {
     session_id: String,
 }
 
+/// The most tools one `tool_search` answers with.
+pub const MAX_TOOL_SEARCH_LIMIT: u32 = 20;
+/// Tools a `tool_search` answers with when it names no limit.
+const DEFAULT_TOOL_SEARCH_LIMIT: u32 = 5;
+/// The longest `tool_search` query, in characters.
+const MAX_TOOL_QUERY_CHARS: usize = 500;
+
+/// `tool_search` arguments.
+#[derive(Debug, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "read through the JSON object; the struct is the schema")]
+pub struct ToolSearchArgs {
+    /// What you need a tool for, in words: the action, what it acts on, and the service if you
+    /// know it (at most 500 characters).
+    #[schemars(length(min = 1, max = 500))]
+    query: String,
+    /// At most this many tools (default 5, at most 20).
+    #[schemars(range(min = 1, max = 20))]
+    limit: Option<i64>,
+}
+
 /// The arguments of a folding tool, parsed.
 #[derive(Debug, Clone)]
 pub enum Parsed {
@@ -237,6 +261,7 @@ pub enum Parsed {
     Status(StatusQuery),
     End(SessionId),
     Memory(MemoryCall),
+    ToolSearch { query: String, limit: u32 },
 }
 
 impl Parsed {
@@ -249,6 +274,7 @@ impl Parsed {
             Self::Status(_) => FoldingTool::BranchStatus,
             Self::End(_) => FoldingTool::SessionEnd,
             Self::Memory(call) => call.tool(),
+            Self::ToolSearch { .. } => FoldingTool::ToolSearch,
         }
     }
 
@@ -309,6 +335,10 @@ pub fn parse(
         FoldingTool::MemorySearch | FoldingTool::MemoryRecord | FoldingTool::MemoryFeedback => {
             Parsed::Memory(args.memory(tool)?)
         }
+        FoldingTool::ToolSearch => Parsed::ToolSearch {
+            query: args.query(MAX_TOOL_QUERY_CHARS)?.to_owned(),
+            limit: args.limit(DEFAULT_TOOL_SEARCH_LIMIT, MAX_TOOL_SEARCH_LIMIT)?,
+        },
     })
 }
 
@@ -351,6 +381,7 @@ impl<'a> Args<'a> {
             FoldingTool::MemorySearch => &["query", "kind", "limit"],
             FoldingTool::MemoryRecord => &["title", "content", "kind", "description"],
             FoldingTool::MemoryFeedback => &["id", "helpful"],
+            FoldingTool::ToolSearch => &["query", "limit"],
         };
         if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(ArgError::new(unknown.as_str(), "unknown argument"));
@@ -414,6 +445,26 @@ impl<'a> Args<'a> {
             .map(Some)
     }
 
+    /// A search's `query`: 1 to `max_chars` characters, not only blanks.
+    fn query(&self, max_chars: usize) -> Result<&'a str, ArgError> {
+        let query = self.required_str("query")?;
+        if query.trim().is_empty() || query.chars().count() > max_chars {
+            return Err(ArgError::new("query", format!("must be 1-{max_chars} characters")));
+        }
+        Ok(query)
+    }
+
+    /// A search's `limit`: 1 to `max`, `default` when absent.
+    fn limit(&self, default: u32, max: u32) -> Result<u32, ArgError> {
+        match self.optional_int("limit")? {
+            None => Ok(default),
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| ArgError::new("limit", format!("must be 1-{max}"))),
+        }
+    }
+
     fn optional_str(&self, field: &'static str) -> Result<Option<&'a str>, ArgError> {
         match self.map.get(field) {
             None | Some(Value::Null) => Ok(None),
@@ -468,6 +519,7 @@ pub fn input_schema(tool: FoldingTool) -> Map<String, Value> {
         FoldingTool::MemorySearch => schemars::schema_for!(MemorySearchArgs),
         FoldingTool::MemoryRecord => schemars::schema_for!(MemoryRecordArgs),
         FoldingTool::MemoryFeedback => schemars::schema_for!(MemoryFeedbackArgs),
+        FoldingTool::ToolSearch => schemars::schema_for!(ToolSearchArgs),
     })
 }
 

@@ -49,6 +49,8 @@ pub struct FoldingService {
     metrics: EngineMetrics,
     /// Upstream calls outside branches, added up until the next flush.
     outside: Mutex<HashMap<(TenantId, Option<SessionId>), OutsideUsage>>,
+    /// The upstream tools sessions called, until the next flush.
+    session_tools: Mutex<calls::SessionTools>,
     /// The reasoning memory, when it is on.
     memory: Option<Arc<MemoryBank>>,
     /// Each tenant's rules and quotas, and the usage counted towards them.
@@ -74,6 +76,7 @@ impl FoldingService {
             planned_wake_ms: AtomicI64::new(i64::MIN),
             metrics: EngineMetrics::noop(),
             outside: Mutex::new(HashMap::new()),
+            session_tools: Mutex::default(),
             memory: None,
             tenants,
         }

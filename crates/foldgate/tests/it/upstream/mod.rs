@@ -348,3 +348,4 @@ async fn calls_outside_branches_are_counted_for_reporting() {
 }
 
 mod budget;
+mod search;

@@ -1,0 +1,3 @@
+//! foldgate-upstream's integration tests.
+
+mod search;
