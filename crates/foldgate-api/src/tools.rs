@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 
 use crate::{
     answers::{
-        self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, NoBranch,
-        FoundTool, RunAnswer, RunView, SessionEndAnswer, StillRunning, ToolSearchAnswer, to_value,
+        self, BranchCreated, BranchReturned, BranchStatusAnswer, BranchView, Found, FoundTool,
+        NoBranch, RunAnswer, RunView, SessionEndAnswer, StillRunning, ToolSearchAnswer, to_value,
     },
     args::{self, FoldingTool, Parsed},
     auth::Authenticated,
@@ -529,7 +529,11 @@ impl ServerHandler for FoldingTools {
             }
             Checked::Folding(Parsed::Run(req)) => self.run(who, req, &context).await,
             Checked::Folding(Parsed::ToolSearch { query, limit }) => {
-                let (found, searched) = self.upstreams.search(who, &query, usize::try_from(limit).unwrap_or(usize::MAX));
+                let (found, searched) = self.upstreams.search(
+                    who,
+                    &query,
+                    usize::try_from(limit).unwrap_or(usize::MAX),
+                );
                 let answer = ToolSearchAnswer {
                     tools: found.iter().map(|(tool, score)| FoundTool::new(tool, *score)).collect(),
                     tools_searched: searched,

@@ -11,7 +11,12 @@ use foldgate_upstream::search::rank;
 fn labelled_needs_find_their_tool_in_the_top_three() {
     let tools = catalog::namespaced_tools();
     let queries = catalog::queries();
-    assert!(tools.len() >= 300 && queries.len() >= 30, "{} tools, {} queries", tools.len(), queries.len());
+    assert!(
+        tools.len() >= 300 && queries.len() >= 30,
+        "{} tools, {} queries",
+        tools.len(),
+        queries.len()
+    );
     let mut ranks = Vec::new();
     for q in &queries {
         let found = rank(&tools, &q.query, 10);
@@ -20,7 +25,8 @@ fn labelled_needs_find_their_tool_in_the_top_three() {
             .position(|(i, _)| q.expected.iter().any(|e| e == tools[*i].name.as_ref()))
             .map(|p| p + 1);
         if at.is_none_or(|r| r > 3) {
-            let top: Vec<&str> = found.iter().take(3).map(|(i, _)| tools[*i].name.as_ref()).collect();
+            let top: Vec<&str> =
+                found.iter().take(3).map(|(i, _)| tools[*i].name.as_ref()).collect();
             eprintln!("{:?}: expected {:?} ranks {at:?}; top 3 {top:?}", q.query, q.expected);
         }
         ranks.push(at);
