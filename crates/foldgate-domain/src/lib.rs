@@ -17,6 +17,7 @@ mod error;
 mod ids;
 mod limits;
 mod memory;
+mod redact;
 mod run;
 mod session;
 mod tenant;
@@ -34,6 +35,7 @@ pub use memory::{
     Confidence, MemoryContent, MemoryDescription, MemoryId, MemoryItem, MemoryKind, MemorySource,
     MemoryTitle, PRIOR_WEIGHT, Provenance, confidence_after,
 };
+pub use redact::redact_url;
 pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
 /// `VARIANTS`: every variant of the closed sets that label metrics

@@ -1,5 +1,6 @@
 //! Connecting to a database by URL, and the settings both backends share.
 
+pub use foldgate_domain::redact_url;
 use std::{fmt, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
@@ -188,44 +189,6 @@ pub async fn migrate(options: &ConnectOptions) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A URL with any password replaced, safe to print.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{user}:***@{host}")
-        }
-        _ => authority.to_owned(),
-    };
-    // A password may also be a query parameter (`?password=…`,
-    // `sslpassword=…` for a client key).
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _))
-                        if SECRET_PARAMS.contains(&key.to_ascii_lowercase().as_str()) =>
-                    {
-                        format!("{key}=***")
-                    }
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", params.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
-}
-
-/// Query parameters of a database URL whose values are secrets.
-const SECRET_PARAMS: &[&str] = &["password", "sslpassword"];
-
 /// Fails unless every migration this build knows is applied.
 pub(crate) fn check_migrated(
     migrator: &sqlx::migrate::Migrator,
@@ -250,21 +213,5 @@ mod tests {
         assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
         let err = Backend::of_url("mysql://u:pw@h/db").unwrap_err().to_string();
         assert!(!err.contains("pw"), "{err}");
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
-        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
-        assert_eq!(
-            redact_url("postgres://u@h/db?sslmode=require&password=secret"),
-            "postgres://u@h/db?sslmode=require&password=***"
-        );
-        assert_eq!(
-            redact_url("postgres://u:a@h/db?Password=b&sslpassword=c&x=1"),
-            "postgres://u:***@h/db?Password=***&sslpassword=***&x=1"
-        );
     }
 }

@@ -3,7 +3,10 @@
 
 use std::{collections::BTreeMap, fmt, time::Duration};
 
-use foldgate_domain::duration::{self, Renamed};
+use foldgate_domain::{
+    duration::{self, Renamed},
+    redact_url,
+};
 use serde::{Deserialize, Serialize};
 
 /// The scope a token needs to see and call an upstream's tools unless the
@@ -111,7 +114,7 @@ impl fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UpstreamConfig")
             .field("name", &self.name)
-            .field("url", &self.url)
+            .field("url", &redact_url(&self.url))
             .field("tenants", &self.tenants)
             .field("tools", &self.tools)
             .field("timeout", &self.timeout)
@@ -128,7 +131,7 @@ impl fmt::Debug for UpstreamConfig {
 impl fmt::Debug for OAuthClientCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OAuthClientCredentials")
-            .field("token_url", &self.token_url)
+            .field("token_url", &redact_url(&self.token_url))
             .field("client_id", &self.client_id)
             .field("client_secret", &"***")
             .field("scope", &self.scope)
@@ -265,9 +268,10 @@ const RESERVED_HEADERS: &[&str] =
     &["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "content-length", "host"];
 
 fn check_url(field: &str, url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{field} {url:?}: {e}"))?;
+    let shown = redact_url(url);
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{field} {shown:?}: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("{field} {url:?} must be an http(s) URL"));
+        return Err(format!("{field} {shown:?} must be an http(s) URL"));
     }
     Ok(())
 }
@@ -376,6 +380,22 @@ mod tests {
         let shown = format!("{u:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("Authorization"));
+    }
+
+    /// A URL's password, or a token in its query, is neither in the `Debug`
+    /// form nor in an error about the URL (found by fuzzing the config
+    /// loader).
+    #[test]
+    fn url_passwords_are_not_printed() {
+        let u = toml_upstream(
+            "name = \"f\"\nurl = \"http://bot:hunter2@h/mcp?token=t0ps3cret\"\n[upstreams.oauth]\ntoken_url = \"http://c:s3cret@t\"\nclient_id = \"c\"\nclient_secret = \"x\"",
+        );
+        let shown = format!("{u:?}");
+        assert!(["hunter2", "t0ps3cret", "s3cret"].iter().all(|s| !shown.contains(s)), "{shown}");
+        assert!(shown.contains("http://bot:***@h/mcp?token=***"), "{shown}");
+        let bad = toml_upstream("name = \"f\"\nurl = \"ftp://bot:hunter2@h/mcp\"");
+        let error = bad.validate().unwrap_err().to_string();
+        assert!(!error.contains("hunter2") && error.contains("ftp://bot:***@h/mcp"), "{error}");
     }
 
     #[test]
