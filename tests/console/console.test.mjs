@@ -703,6 +703,25 @@ try {
     await screenshot("audit-limits-update");
   });
 
+  await step("limits: the tool listing back to the deployment's", async () => {
+    await page.goto(`${BASE}/console/limits?tenant=${TENANT}`);
+    await page.getByRole("heading", { name: `Limits of ${TENANT}`, level: 1 }).waitFor();
+    await limitRow("tool_listing").waitFor();
+    const select = page.getByLabel("Tool listing");
+    check("the form shows the listing set for the tenant", (await select.inputValue()) === "search", await select.inputValue());
+    await select.selectOption("");
+    await page.getByRole("button", { name: "Save" }).click();
+    await page.locator("#limits-outcome.note-ok").waitFor();
+    const listing = await limitValue("tool_listing");
+    const api = await adminApi(args.admin, "GET", `/tenants/${TENANT}/limits`);
+    check(
+      "choosing the deployment's removes the override, and every upstream tool is listed again",
+      listing[0] === "full: every upstream tool" && listing[1] === "deployment's" &&
+        api.body?.overrides?.tool_listing === undefined && api.body?.overrides?.max_budget === 48000,
+      { listing, overrides: api.body?.overrides },
+    );
+  });
+
   await step("limits: clearing every override", async () => {
     const put = await adminApi(args.admin, "PUT", `/tenants/${OTHER}/limits`, { tokens_per_month: 9000000, models: [] });
     if (put.status !== 200) throw new Error(`PUT ${OTHER} limits: ${JSON.stringify(put)}`);
