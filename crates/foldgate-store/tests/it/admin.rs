@@ -443,12 +443,43 @@ async fn retention_deletes_whole_old_trees_in_batches(backend: Backend) {
         assert!(store.branch(&acme, kept).await.unwrap().is_some());
     }
 
-    // A session goes once it ended and has no branch left.
+    // The tools sessions called: the owner's open sessions' are read, the
+    // first used first, each once, at most as many as asked.
+    let alice = Subject::parse("alice").unwrap();
+    let tools = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let session = |s: &str| SessionId::parse(s).unwrap();
+    store.add_session_tools(&acme, &session("old"), &tools(&["files__read"]), at(0)).await.unwrap();
+    store
+        .add_session_tools(&acme, &session("recent"), &tools(&["git__log", "files__read"]), at(60))
+        .await
+        .unwrap();
+    // Again: the first use stays.
+    store
+        .add_session_tools(&acme, &session("old"), &tools(&["files__read"]), at(90))
+        .await
+        .unwrap();
+    let read = store.session_tools_of(&acme, &alice, 10).await.unwrap();
+    assert_eq!(read, ["files__read", "git__log"]);
+    assert_eq!(store.session_tools_of(&acme, &alice, 1).await.unwrap(), ["files__read"]);
+    let bob = Subject::parse("bob").unwrap();
+    assert!(store.session_tools_of(&acme, &bob, 10).await.unwrap().is_empty(), "alice's own");
+    let globex = TenantId::parse("globex").unwrap();
+    assert!(store.session_tools_of(&globex, &alice, 10).await.unwrap().is_empty());
+
+    // A session goes once it ended and has no branch left, with its tools.
     let end_session = "UPDATE sessions SET status = 'ended', ended_at = $1 WHERE session_id = $2";
     for session in ["old", "older", "recent"] {
         run_at(&pool, end_session, 3600, Some(session)).await;
     }
+    assert!(store.session_tools_of(&acme, &alice, 10).await.unwrap().is_empty(), "ended");
     assert_eq!(store.prune_sessions(cutoff, 10).await.unwrap(), 2, "old and older");
+    let left: Vec<String> = with_pool!(&pool, |p| sqlx::query_scalar(
+        "SELECT session_id FROM session_tools ORDER BY session_id, tool"
+    )
+    .fetch_all(p)
+    .await
+    .unwrap());
+    assert_eq!(left, ["recent", "recent"], "the kept session's tools stay");
     let recent_session = SessionId::parse("recent").unwrap();
     assert!(store.session(&acme, &recent_session).await.unwrap().is_some(), "it has a branch");
 
