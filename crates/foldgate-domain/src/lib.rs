@@ -35,7 +35,7 @@ pub use memory::{
     Confidence, MemoryContent, MemoryDescription, MemoryId, MemoryItem, MemoryKind, MemorySource,
     MemoryTitle, PRIOR_WEIGHT, Provenance, confidence_after,
 };
-pub use redact::redact_url;
+pub use redact::{redact_url, redact_urls_in};
 pub use run::{BranchKind, ReturnTier};
 pub use session::{Session, SessionStatus};
 /// `VARIANTS`: every variant of the closed sets that label metrics

@@ -35,6 +35,30 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+/// Text with every URL in it redacted as [`redact_url`] does, for a
+/// message that quotes a value an operator gave (which may be, or hold, a
+/// URL with a password). A URL runs from its scheme to the first blank,
+/// quote, backslash, comma, semicolon or bracket.
+pub fn redact_urls_in(text: &str) -> String {
+    let starts = |c: char| c.is_whitespace() || "\"'`(<=,;".contains(c);
+    let ends = |c: char| c.is_whitespace() || "\"'`)>,;\\".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| starts(*c))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let end = rest[at + 3..].find(ends).map_or(rest.len(), |i| at + 3 + i);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact_url(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Query parameters whose values are secrets: a database URL's password or
 /// client key password, a service's token or key.
 const SECRET_PARAMS: &[&str] = &[
@@ -52,6 +76,20 @@ const SECRET_PARAMS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_in_a_message_are_redacted() {
+        assert_eq!(
+            redact_urls_in(
+                r#"invalid type: string "x,\" http://u:s3cret@h/db\"", expected struct"#
+            ),
+            r#"invalid type: string "x,\" http://u:***@h/db\"", expected struct"#
+        );
+        assert_eq!(redact_urls_in("a\u{3000}postgres://u:pw@h b"), "a\u{3000}postgres://u:***@h b");
+        assert_eq!(redact_urls_in("no url here, ://"), "no url here, ://");
+        assert_eq!(redact_urls_in("(https://h/x?token=t)"), "(https://h/x?token=***)");
+        assert_eq!(redact_urls_in("é://u:p@h"), "é://u:***@h");
+    }
 
     #[test]
     fn passwords_are_redacted() {

@@ -281,7 +281,8 @@ impl Config {
         let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
                 let path = e.path().to_string();
-                let message = e.inner().message();
+                // A value quoted in the message may be a URL with a password.
+                let message = foldgate_domain::redact_urls_in(e.inner().message());
                 let by = from_env.iter().rev().find(|(set, _)| {
                     path == *set
                         || path.strip_prefix(set.as_str()).is_some_and(|r| r.starts_with('.'))
@@ -1232,6 +1233,20 @@ tenant_claim = "tid"
         // before.
         let vars = [("FOLDGATE_ACCESS_LOG", "true"), ("FOLDGATE_TELEMETRY__ACCESS_LOG", "false")];
         assert!(!unchecked("", &vars).unwrap().telemetry.access_log);
+    }
+
+    /// A URL given for a setting of another type is quoted in the error
+    /// with its password redacted (found by fuzzing the loader).
+    #[test]
+    fn a_value_of_the_wrong_type_is_quoted_without_a_url_password() {
+        let e = Config::load(None, env(&[("FOLDGATE_DATABASE", "postgres://app:s3cret@db/fold")]))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("s3cret"), "{e}");
+        assert!(e.contains("FOLDGATE_DATABASE") && e.contains("postgres://app:***@db/fold"), "{e}");
+        let (_dir, path) = file("[folding]\nlimits = \"https://u:s3cret@h/x?token=t0k3n\"\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && !e.contains("t0k3n"), "{e}");
     }
 
     #[test]
