@@ -31,6 +31,14 @@ impl ConfigError {
         Self(message.into())
     }
 
+    /// The same error with every URL it quotes redacted
+    /// ([`crate::redact_urls_in`]): a value an operator gave may be, or
+    /// hold, a URL with a password.
+    #[must_use]
+    pub fn redacted(self) -> Self {
+        Self(crate::redact_urls_in(&self.0))
+    }
+
     /// The same error, placed in a section of the configuration
     /// (`[api]`, `[[upstreams]] "docs"`).
     #[must_use]

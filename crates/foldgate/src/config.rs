@@ -216,9 +216,11 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let env: Vec<(String, String)> = env.into_iter().collect();
         let config = Self::read(file, env.iter().cloned())?;
-        config.check_upstream_credentials(|var| {
-            env.iter().find(|(name, _)| name == var).map(|(_, value)| value.clone())
-        })?;
+        config
+            .check_upstream_credentials(|var| {
+                env.iter().find(|(name, _)| name == var).map(|(_, value)| value.clone())
+            })
+            .map_err(ConfigError::redacted)?;
         Ok(config)
     }
 
@@ -229,8 +231,9 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let config = Self::unchecked(file, env)?;
-        config.validate()?;
+        // What an error quotes of the settings is shown without passwords.
+        let config = Self::unchecked(file, env).map_err(ConfigError::redacted)?;
+        config.validate().map_err(ConfigError::redacted)?;
         Ok(config)
     }
 
@@ -281,8 +284,7 @@ impl Config {
         let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
                 let path = e.path().to_string();
-                // A value quoted in the message may be a URL with a password.
-                let message = foldgate_domain::redact_urls_in(e.inner().message());
+                let message = e.inner().message();
                 let by = from_env.iter().rev().find(|(set, _)| {
                     path == *set
                         || path.strip_prefix(set.as_str()).is_some_and(|r| r.starts_with('.'))
@@ -1236,7 +1238,8 @@ tenant_claim = "tid"
     }
 
     /// A URL given for a setting of another type is quoted in the error
-    /// with its password redacted (found by fuzzing the loader).
+    /// with its password redacted (found by fuzzing the loader), as is any
+    /// URL an error quotes.
     #[test]
     fn a_value_of_the_wrong_type_is_quoted_without_a_url_password() {
         let e = Config::load(None, env(&[("FOLDGATE_DATABASE", "postgres://app:s3cret@db/fold")]))
@@ -1247,6 +1250,10 @@ tenant_claim = "tid"
         let (_dir, path) = file("[folding]\nlimits = \"https://u:s3cret@h/x?token=t0k3n\"\n");
         let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert!(!e.contains("s3cret") && !e.contains("t0k3n"), "{e}");
+        // Validation's errors too.
+        let (_dir, path) = file("[api]\npublic_url = \"ftp://u:s3cret@h/mcp\"\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && e.contains("public_url"), "{e}");
     }
 
     #[test]
