@@ -5,7 +5,7 @@ use std::time::Duration;
 use foldgate_domain::duration;
 use serde::Deserialize;
 
-use crate::limit::RateLimitConfig;
+use crate::{guard::HostOriginPolicy, host::HostPattern, limit::RateLimitConfig};
 
 /// How the MCP endpoint is exposed.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -16,11 +16,13 @@ pub struct ApiConfig {
     /// expected token audience by default and is published in the RFC 9728
     /// metadata. Default: `http://<listen>/mcp`.
     pub public_url: Option<String>,
-    /// Accepted `Host` values (names, or `name:port`); `*` accepts any.
+    /// Accepted `Host` values: names, IP addresses, either with `:port`;
+    /// `*.example.com` accepts every name below `example.com`, `*` any host.
     /// Default: loopback names, plus the host of `public_url`.
     pub allowed_hosts: Vec<String>,
-    /// Accepted `Origin` values (`scheme://host[:port]`); a request with any
-    /// other `Origin` is refused. Default: none (requests without `Origin`,
+    /// Accepted `Origin` values (`scheme://host[:port]`, the host as in
+    /// `allowed_hosts`; `*` accepts any); a request with any other `Origin`
+    /// is refused. Default: none (requests without `Origin`,
     /// i.e. non-browser clients, are unaffected).
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes.
@@ -67,11 +69,19 @@ impl ApiConfig {
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes must be at least 1024".into());
         }
-        if let Some(url) = &self.public_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(format!("public_url {url:?} must be an http(s) URL").into());
+        if let Some(url) = &self.public_url {
+            let authority = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .and_then(|rest| rest.split(['/', '?', '#']).next())
+                .ok_or_else(|| format!("public_url {url:?} must be an http(s) URL"))?;
+            if authority.contains('*') {
+                return Err(format!("public_url {url:?} has a wildcard for its host").into());
+            }
+            HostPattern::parse(authority)
+                .map_err(|why| format!("public_url {url:?}: its host {authority:?} {why}"))?;
         }
+        HostOriginPolicy::new(&self.allowed_hosts, &self.allowed_origins)?;
         if self.request_timeout.is_zero() {
             return Err("request_timeout must be above 0s".into());
         }

@@ -19,6 +19,7 @@ use crate::{
     auth::Authenticated,
     call::{Checked, Read, Target},
     error::jsonrpc_error,
+    host::{HostPattern, OriginPattern, split_origin},
 };
 use foldgate_upstream::{Lookup, Upstreams};
 
@@ -72,46 +73,40 @@ pub(crate) fn over_limit(error: &(dyn std::error::Error + 'static)) -> bool {
 /// required of MCP servers).
 #[derive(Debug, Clone)]
 pub struct HostOriginPolicy {
-    /// Hostnames (`example.com`) or authorities (`example.com:8080`).
-    pub allowed_hosts: Vec<String>,
-    /// Exact origins (`https://app.example.com`); a request with an `Origin`
-    /// header not in the list is refused.
-    pub allowed_origins: Vec<String>,
+    hosts: Vec<HostPattern>,
+    /// With none, an origin is accepted if its authority is an accepted host.
+    origins: Vec<OriginPattern>,
 }
 
 impl HostOriginPolicy {
+    /// The policy of `api.allowed_hosts` and `api.allowed_origins`; an
+    /// entry that is not a host or an origin is an error naming it.
+    pub fn new(hosts: &[String], origins: &[String]) -> Result<Self, String> {
+        let hosts = hosts
+            .iter()
+            .map(|h| HostPattern::parse(h).map_err(|why| format!("allowed_hosts: {h:?} {why}")))
+            .collect::<Result<_, _>>()?;
+        let origins = origins
+            .iter()
+            .map(|o| OriginPattern::parse(o).map_err(|why| format!("allowed_origins: {o:?} {why}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { hosts, origins })
+    }
+
     fn host_allowed(&self, host: &str) -> bool {
-        let name = host_name(host);
-        self.allowed_hosts.iter().any(|allowed| {
-            allowed == "*"
-                || allowed.eq_ignore_ascii_case(host)
-                || allowed.eq_ignore_ascii_case(name)
-        })
+        self.hosts.iter().any(|allowed| allowed.accepts(host))
     }
 
     /// An origin is allowed if listed; with no list, if its authority is
     /// one of the allowed hosts (a page served from the gateway's own
     /// address), which still defeats DNS rebinding.
     fn origin_allowed(&self, origin: &str) -> bool {
-        if self.allowed_origins.is_empty() {
-            return origin.split_once("://").is_some_and(|(scheme, authority)| {
+        if self.origins.is_empty() {
+            return split_origin(origin).is_some_and(|(scheme, authority)| {
                 matches!(scheme, "http" | "https") && self.host_allowed(authority)
             });
         }
-        self.allowed_origins.iter().any(|allowed| {
-            allowed == "*" || allowed.trim_end_matches('/').eq_ignore_ascii_case(origin)
-        })
-    }
-}
-
-/// `example.com:8080` → `example.com`; `[::1]:80` → `::1`.
-fn host_name(authority: &str) -> &str {
-    if let Some(rest) = authority.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match authority.rsplit_once(':') {
-        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
-        _ => authority,
+        self.origins.iter().any(|allowed| allowed.accepts(origin))
     }
 }
 
@@ -296,22 +291,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_names_and_policy() {
-        assert_eq!(host_name("example.com:8080"), "example.com");
-        assert_eq!(host_name("[::1]:80"), "::1");
-        assert_eq!(host_name("localhost"), "localhost");
-        let p = HostOriginPolicy {
-            allowed_hosts: vec!["localhost".into(), "api.example.com:8443".into()],
-            allowed_origins: vec!["https://app.example.com".into()],
-        };
+    fn policy() {
+        let p = HostOriginPolicy::new(
+            &["localhost".into(), "api.example.com:8443".into(), "*.corp.example".into()],
+            &["https://app.example.com".into()],
+        )
+        .unwrap();
         assert!(p.host_allowed("localhost:8080"));
         assert!(p.host_allowed("api.example.com:8443"));
+        assert!(p.host_allowed("gw.corp.example"));
         assert!(!p.host_allowed("evil.example"));
         assert!(p.origin_allowed("https://app.example.com"));
         assert!(!p.origin_allowed("https://evil.example"));
-        let own = HostOriginPolicy { allowed_origins: Vec::new(), ..p };
+        let own = HostOriginPolicy { origins: Vec::new(), ..p };
         assert!(own.origin_allowed("http://localhost:8080"), "the gateway's own origin");
+        assert!(own.origin_allowed("https://gw.corp.example"));
         assert!(!own.origin_allowed("http://evil.example"));
         assert!(!own.origin_allowed("null"));
+        assert!(!own.origin_allowed("ftp://localhost"));
+    }
+
+    #[test]
+    fn a_bad_entry_is_named() {
+        let e = HostOriginPolicy::new(&["https://x.example".into()], &[]).unwrap_err();
+        assert!(e.starts_with("allowed_hosts: \"https://x.example\" is a URL"), "{e}");
+        let e = HostOriginPolicy::new(&[], &["x.example".into()]).unwrap_err();
+        assert!(e.starts_with("allowed_origins: \"x.example\" is not an origin"), "{e}");
     }
 }

@@ -21,6 +21,7 @@ mod exchange;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod guard;
+mod host;
 mod limit;
 pub mod memory;
 pub mod metrics;

@@ -99,10 +99,10 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
             .with_cancellation_token(gateway.shutdown.child_token()),
     );
 
-    let policy = Arc::new(HostOriginPolicy {
-        allowed_hosts: allowed_hosts(config, &gateway.mcp_url),
-        allowed_origins: config.allowed_origins.clone(),
-    });
+    let policy = Arc::new(
+        HostOriginPolicy::new(&allowed_hosts(config, &gateway.mcp_url), &config.allowed_origins)
+            .map_err(|e| format!("api.{e}"))?,
+    );
     let guard_state = GuardState {
         folding: Arc::new(gateway.service.config().clone()),
         tenants: Arc::clone(gateway.service.tenant_rules()),
