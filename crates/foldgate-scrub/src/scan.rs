@@ -129,10 +129,12 @@ impl RuleSet {
     }
 
     /// Every finding in `text`, unmerged and in no particular order.
+    /// A span within a redaction marker is never a finding.
     pub(crate) fn find(&self, text: &str) -> Vec<Finding> {
+        let markers = marker_spans(text);
         let mut findings = Vec::new();
         for index in self.active_rules(text) {
-            find_rule(&self.rules[index], index, text, &mut findings);
+            find_rule(&self.rules[index], index, text, &markers, &mut findings);
         }
         findings
     }
@@ -148,7 +150,8 @@ impl RuleSet {
             .collect()
     }
 
-    /// Replaces the (merged) findings and every occurrence of their values.
+    /// Replaces the (merged) findings and every occurrence of their values
+    /// outside the redaction markers already in `text`.
     pub(crate) fn redact(
         &self,
         text: &str,
@@ -156,8 +159,9 @@ impl RuleSet {
         secrets: Option<&SecretIndex>,
         report: &mut Report,
     ) -> Result<String, ScrubError> {
+        let markers = marker_spans(text);
         if let Some(index) = secrets {
-            index.add_occurrences(text, &mut findings);
+            index.add_occurrences(text, &markers, &mut findings);
         }
         let regions = merge(findings, &self.rules);
         let mut out = String::with_capacity(text.len());
@@ -166,7 +170,7 @@ impl RuleSet {
             let gap = text
                 .get(last..region.start)
                 .ok_or(ScrubError::Internal("finding is not on a character boundary"))?;
-            check_gap(gap, secrets)?;
+            check_gap(gap, last, secrets, &markers)?;
             out.push_str(gap);
             let rule = self
                 .rules
@@ -181,25 +185,72 @@ impl RuleSet {
         let tail = text
             .get(last..)
             .ok_or(ScrubError::Internal("finding is not on a character boundary"))?;
-        check_gap(tail, secrets)?;
+        check_gap(tail, last, secrets, &markers)?;
         out.push_str(tail);
         Ok(out)
     }
 }
 
 /// Fails closed if a detected secret value survives in text that is about to
-/// be passed on unchanged.
-fn check_gap(gap: &str, secrets: Option<&SecretIndex>) -> Result<(), ScrubError> {
-    match secrets {
-        Some(index) if index.occurs_in(gap) => {
-            Err(ScrubError::Internal("a detected secret value survived redaction"))
-        }
-        _ => Ok(()),
+/// be passed on unchanged (`gap`, at `offset` in the text), outside the
+/// redaction markers.
+fn check_gap(
+    gap: &str,
+    offset: usize,
+    secrets: Option<&SecretIndex>,
+    markers: &[(usize, usize)],
+) -> Result<(), ScrubError> {
+    let Some(index) = secrets else { return Ok(()) };
+    let mut survived = false;
+    index.occurrences(gap, |start, end, _| {
+        survived |= !inside_marker(markers, offset + start, offset + end);
+    });
+    if survived {
+        return Err(ScrubError::Internal("a detected secret value survived redaction"));
     }
+    Ok(())
+}
+
+/// Longest rule id a redaction marker is recognised with.
+const MAX_MARKER_ID: usize = 256;
+
+/// The spans of the redaction markers in `text`, in order. Their text is
+/// the scrubber's own: a rule that matches inside one (a letter of
+/// `REDACTED`, say) must not redact it again, or each pass would multiply
+/// the markers and the text.
+fn marker_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text.get(from..).and_then(|rest| rest.find(MARKER_PREFIX)) {
+        let start = from + at;
+        let id_from = start + MARKER_PREFIX.len();
+        let close =
+            text.as_bytes()[id_from..].iter().take(MAX_MARKER_ID + 1).position(|&b| b == b']');
+        match close.map(|c| id_from + c + 1) {
+            Some(end) if is_marker(&text[start..end]) => {
+                spans.push((start, end));
+                from = end;
+            }
+            _ => from = id_from,
+        }
+    }
+    spans
+}
+
+/// Whether `start..end` lies within one of the (ordered) marker spans.
+fn inside_marker(markers: &[(usize, usize)], start: usize, end: usize) -> bool {
+    let i = markers.partition_point(|&(s, _)| s <= start);
+    i > 0 && end <= markers[i - 1].1
 }
 
 /// Runs one rule over `text`, appending accepted findings.
-fn find_rule(rule: &Rule, index: usize, text: &str, findings: &mut Vec<Finding>) {
+fn find_rule(
+    rule: &Rule,
+    index: usize,
+    text: &str,
+    markers: &[(usize, usize)],
+    findings: &mut Vec<Finding>,
+) {
     for caps in rule.regex.captures_iter(text) {
         let Some(whole) = caps.get(0) else { continue };
         // gitleaks trims newlines from the match so a rule ending in `\n`
@@ -213,7 +264,7 @@ fn find_rule(rule: &Rule, index: usize, text: &str, findings: &mut Vec<Finding>)
         if rule.entropy > 0.0 && shannon_entropy(secret) <= rule.entropy {
             continue;
         }
-        if is_marker(secret) {
+        if inside_marker(markers, ss, se) {
             // Already redacted, by us or an earlier pass.
             continue;
         }
@@ -396,18 +447,19 @@ impl SecretIndex {
         }
     }
 
-    /// Adds a finding for every occurrence of a known secret value in `text`.
-    pub(crate) fn add_occurrences(&self, text: &str, findings: &mut Vec<Finding>) {
+    /// Adds a finding for every occurrence of a known secret value in
+    /// `text` outside its redaction markers.
+    pub(crate) fn add_occurrences(
+        &self,
+        text: &str,
+        markers: &[(usize, usize)],
+        findings: &mut Vec<Finding>,
+    ) {
         self.occurrences(text, |start, end, rule| {
-            findings.push(Finding { start, end, rule });
+            if !inside_marker(markers, start, end) {
+                findings.push(Finding { start, end, rule });
+            }
         });
-    }
-
-    /// Whether any known secret value occurs in `text`.
-    fn occurs_in(&self, text: &str) -> bool {
-        let mut any = false;
-        self.occurrences(text, |_, _, _| any = true);
-        any
     }
 }
 
@@ -449,12 +501,30 @@ mod tests {
         ];
         let index = SecretIndex::from_values(values.into_iter()).unwrap().unwrap();
         let mut found = Vec::new();
-        index.add_occurrences("xxabcdefghijklmnopqxx abc", &mut found);
+        index.add_occurrences("xxabcdefghijklmnopqxx abc", &[], &mut found);
         found.sort_by_key(|f| (f.start, f.end));
         let spans: Vec<_> = found.iter().map(|f| (f.start, f.end, f.rule)).collect();
         assert_eq!(spans, vec![(2, 5, 3), (2, 12, 0), (9, 19, 1), (22, 25, 3)]);
-        assert!(index.occurs_in("..hijklmnopq.."));
-        assert!(!index.occurs_in("ab cdefghi hijklmnop"));
+        assert!(check_gap("..hijklmnopq..", 0, Some(&index), &[]).is_err());
+        assert!(check_gap("ab cdefghi hijklmnop", 0, Some(&index), &[]).is_ok());
+    }
+
+    #[test]
+    fn markers_are_located_and_their_insides_skipped() {
+        let text = "a [REDACTED:x-1] b [REDACTED: c [REDACTED:] [REDACTED:y]";
+        let spans = marker_spans(text);
+        let shown: Vec<&str> = spans.iter().map(|&(s, e)| &text[s..e]).collect();
+        assert_eq!(shown, ["[REDACTED:x-1]", "[REDACTED:y]"]);
+        assert!(inside_marker(&spans, 3, 6));
+        assert!(inside_marker(&spans, 2, 16));
+        assert!(!inside_marker(&spans, 0, 3), "it begins before the marker");
+        assert!(!inside_marker(&spans, 10, 18), "it ends after the marker");
+        assert!(!inside_marker(&spans, 17, 18));
+        let index = SecretIndex::from_values([(Some("RED"), 0)].into_iter()).unwrap().unwrap();
+        let ok = "[REDACTED:y] ok";
+        assert!(check_gap(ok, 0, Some(&index), &marker_spans(ok)).is_ok());
+        let leak = "[REDACTED:y] RED";
+        assert!(check_gap(leak, 0, Some(&index), &marker_spans(leak)).is_err());
     }
 
     #[test]

@@ -421,3 +421,28 @@ fn a_secret_reached_only_after_a_redaction_is_redacted_too() {
     let in_json = rules.scrub_json(&json!({"command": text})).unwrap();
     assert_eq!(in_json.value["command"], json!(scrubbed.text));
 }
+
+/// A rule that matches a letter of `REDACTED` once redacted the marker's own
+/// letters on the next pass, and each pass multiplied the markers until the
+/// text reached the size limit: seconds of work for a few kilobytes (found
+/// by fuzzing the gitleaks loader). Markers are the scrubber's own text and
+/// are left alone; the passes settle.
+#[test]
+fn a_rule_that_matches_inside_markers_does_not_redact_them_again() {
+    let rules = RuleSet::from_toml_str(
+        r#"
+[[rules]]
+id = "capital"
+description = "one capital letter after a space or a bracket"
+regex = '''(?:^|[ \[])([A-Z])'''
+secretGroup = 1
+"#,
+    )
+    .unwrap();
+    let text = "Alpha Beta Gamma ".repeat(200);
+    let scrubbed = rules.scrub_text(&text).unwrap();
+    assert_eq!(scrubbed.report.count("capital"), 600, "{:?}", scrubbed.report);
+    let marker = "[REDACTED:capital]";
+    assert_eq!(scrubbed.text, format!("{marker}lpha {marker}eta {marker}amma ").repeat(200));
+    assert!(rules.scrub_text(&scrubbed.text).unwrap().report.is_clean());
+}
