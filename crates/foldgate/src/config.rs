@@ -25,6 +25,7 @@ use foldgate_console::{ConsoleConfig, OidcSignIn, OidcToken};
 use foldgate_domain::{
     ConfigError, TimeoutPolicy,
     duration::{self, Renamed},
+    redact_urls_in,
 };
 use foldgate_engine::{FoldingConfig, MemoryConfig, RetentionConfig, SupervisorConfig};
 use foldgate_runner::{ModelConfig, RunnerConfig};
@@ -61,6 +62,64 @@ pub struct DatabaseConfig {
     pub synchronous_metering: bool,
 }
 
+/// A section's `Debug` form with the URLs in it redacted.
+struct UrlsRedacted<'a, T>(&'a T);
+
+impl<T: std::fmt::Debug> std::fmt::Debug for UrlsRedacted<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = if f.alternate() { format!("{:#?}", self.0) } else { format!("{:?}", self.0) };
+        f.write_str(&redact_urls_in(&shown))
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field, so that a new one cannot be left out.
+        let Self {
+            listen,
+            ops_listen,
+            database_url,
+            database,
+            migrate,
+            auth_mode,
+            auth,
+            api,
+            folding,
+            supervisor,
+            retention,
+            admin,
+            scrub,
+            telemetry,
+            upstreams,
+            models,
+            runner,
+            memory,
+            console,
+        } = self;
+        f.debug_struct("Config")
+            .field("listen", listen)
+            .field("ops_listen", ops_listen)
+            .field("database_url", database_url)
+            .field("database", &UrlsRedacted(database))
+            .field("migrate", migrate)
+            .field("auth_mode", auth_mode)
+            .field("auth", &UrlsRedacted(auth))
+            .field("api", &UrlsRedacted(api))
+            .field("folding", &UrlsRedacted(folding))
+            .field("supervisor", &UrlsRedacted(supervisor))
+            .field("retention", &UrlsRedacted(retention))
+            .field("admin", &UrlsRedacted(admin))
+            .field("scrub", &UrlsRedacted(scrub))
+            .field("telemetry", &UrlsRedacted(telemetry))
+            .field("upstreams", &UrlsRedacted(upstreams))
+            .field("models", &UrlsRedacted(models))
+            .field("runner", &UrlsRedacted(runner))
+            .field("memory", &UrlsRedacted(memory))
+            .field("console", &UrlsRedacted(console))
+            .finish()
+    }
+}
+
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
@@ -77,8 +136,10 @@ impl DatabaseConfig {
         &[Renamed::new("acquire_timeout_seconds", "acquire_timeout")];
 }
 
-/// Every setting of `foldgate serve`. See `docs/configuration.md`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Every setting of `foldgate serve`. See `docs/configuration.md`. Its
+/// `Debug` form shows every URL in it with its password (and secret query
+/// parameters) redacted.
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address of the MCP listener.
@@ -668,6 +729,19 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_hides_every_url_password() {
+        // Found by the `config` fuzz target: `auth.jwks_url` was shown whole.
+        let (_dir, path) = file(
+            "[auth]\nissuer = \"https://idp.example/realms/a\"\njwks_url = \"http://idp:s3cret@idp.internal/certs\"\njwks_allow_http = true\n",
+        );
+        let config = Config::load(Some(&path), env(&[])).unwrap();
+        for shown in [format!("{config:?}"), format!("{config:#?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("http://idp:***@idp.internal/certs"), "{shown}");
+        }
+    }
+
+    #[test]
     fn debug_output_hides_the_database_password() {
         // Found by the `config` fuzz target: `Debug` showed the URL whole.
         for url in [
@@ -1254,6 +1328,29 @@ tenant_claim = "tid"
         let (_dir, path) = file("[api]\npublic_url = \"ftp://u:s3cret@h/mcp\"\n");
         let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert!(!e.contains("s3cret") && e.contains("public_url"), "{e}");
+    }
+
+    #[test]
+    fn hosts_and_origins_are_checked_and_quoted_without_a_password() {
+        let (_dir, path) =
+            file("[api]\nallowed_hosts = [\"localhost\", \"https://u:s3cret@h.example\"]\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!e.contains("s3cret"), "{e}");
+        assert!(e.contains("[api] allowed_hosts: \"https://u:***@h.example\" is a URL"), "{e}");
+        let e = Config::load(None, env(&[("FOLDGATE_ALLOWED_ORIGINS", "app.example.com")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allowed_origins: \"app.example.com\" is not an origin"), "{e}");
+        // What the Helm chart lists by default: loopback names, `::1` bare, an
+        // Ingress's wildcard host.
+        let (_dir, path) = file(
+            "[api]\nallowed_hosts = [\"localhost\", \"127.0.0.1\", \"::1\", \"fg.ns.svc\", \"*.example.com\", \"[::1]:8080\"]\nallowed_origins = [\"https://*.example.com\", \"http://localhost:5173\"]\n",
+        );
+        let c = Config::load(Some(&path), env(&[])).unwrap();
+        assert_eq!(c.api.allowed_hosts.len(), 6);
+        let (_dir, path) = file("[api]\npublic_url = \"https://*.example.com/mcp\"\n");
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(e.contains("wildcard"), "{e}");
     }
 
     #[test]
