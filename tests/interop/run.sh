@@ -20,6 +20,10 @@
 #      find the flush handler in a FastMCP repository of ten files; foldgate runs it on a scripted
 #      model (foldgate-model-server, OpenAI wire format, streaming) with the repository's tools,
 #      and the client receives the finding alone: under 500 tokens, counted on the client.
+#   7. stdio upstreams: the reference filesystem server (npm @modelcontextprotocol/server-filesystem)
+#      and a FastMCP server run over stdio (stdio_upstream.py), declared with `command`, run by
+#      foldgate as child processes: listed, called through the Python SDK client, metered into a
+#      branch, one process per tenant never shared, a process killed mid-call and restarted.
 # Installs what it needs (a virtualenv under target/interop/venv, `npm ci` in tests/interop).
 # Prints `N passed, N failed` last and exits non-zero on any failure.
 set -euo pipefail
@@ -345,11 +349,86 @@ else
   fi
 fi
 
+# --- 7. stdio upstreams: child processes of the gateway, per tenant -------------------------
+log "stdio upstreams: the npm filesystem server and a FastMCP stdio server run by foldgate"
+read -r STDIO_PORT STDIO_OPS_PORT < <(free_ports 2)
+STDIO_DIR=$(mktemp -d)
+TMPDIRS+=("$STDIO_DIR")
+mkdir -p "$STDIO_DIR/share"
+printf 'Notes of the stdio check.\nThe filesystem server reads this file through foldgate.\n' >"$STDIO_DIR/share/notes.txt"
+FS_SERVER="$INTEROP/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+STDIO_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+cat >"$STDIO_DIR/foldgate.toml" <<TOML
+[[upstreams]]
+name = "fs"
+command = ["$NODE22", "$FS_SERVER", "$STDIO_DIR/share"]
+tenants = ["stdio-a", "stdio-b"]
+refresh_interval = "1s"
+timeout = "60s"
+max_memory = "4GiB"
+
+[[upstreams]]
+name = "probe"
+command = ["$VENV/bin/python", "$INTEROP/stdio_upstream.py"]
+tenants = ["stdio-a", "stdio-b"]
+refresh_interval = "1s"
+timeout = "60s"
+[upstreams.env]
+PROBE_GREETING = "\${PROBE_GREETING_SOURCE}"
+TOML
+(cd "$STDIO_DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$STDIO_SECRET" \
+  PROBE_GREETING_SOURCE="hello from the config" "$FOLDGATE" serve --config "$STDIO_DIR/foldgate.toml" \
+  --listen "127.0.0.1:$STDIO_PORT" --ops-listen "127.0.0.1:$STDIO_OPS_PORT" \
+  >"$STDIO_DIR/stdout" 2>"$STDIO_DIR/stderr") &
+PIDS+=($!)
+STDIO_PID=$!
+if wait_for_line "$STDIO_DIR" "$STDIO_PID" '^foldgate is serving MCP at ' 60; then
+  stdio_token() {
+    env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$STDIO_SECRET" FOLDGATE_LISTEN="127.0.0.1:$STDIO_PORT" \
+      "$FOLDGATE" token --tenant "$1" --sub py-agent --ttl 30m
+  }
+  STDIO_A=$(stdio_token stdio-a) || STDIO_A=""
+  STDIO_B=$(stdio_token stdio-b) || STDIO_B=""
+  if [ -n "$STDIO_A" ] && [ -n "$STDIO_B" ] && (cd "$INTEROP" && timeout 300 "$VENV/bin/python" stdio_client.py \
+    --url "http://127.0.0.1:$STDIO_PORT/mcp" --token "$STDIO_A" --other-token "$STDIO_B" \
+    --share "$STDIO_DIR/share"); then
+    pass "stdio upstreams: npm filesystem server and FastMCP over stdio listed, called, metered; per-tenant processes; a killed one restarted"
+  else
+    fail "stdio upstreams through foldgate"
+  fi
+  # The children's stderr reaches the gateway's log, tagged with the upstream.
+  if grep -q 'probe stdio server' "$STDIO_DIR/stderr" && grep 'probe stdio server' "$STDIO_DIR/stderr" | grep -q '"upstream":"probe"'; then
+    pass "stdio upstreams: a child's stderr is in the gateway's log with its upstream"
+  else
+    fail "stdio upstreams: no stderr line of the probe server in the gateway's log"
+  fi
+  # An orderly stop leaves no child behind.
+  mapfile -t CHILDREN < <(ps -o pid= --ppid "$STDIO_PID" 2>/dev/null | tr -d ' ')
+  kill -TERM "$STDIO_PID" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do
+    kill -0 "$STDIO_PID" 2>/dev/null || break
+    sleep 0.2
+  done
+  left=0
+  for child in "${CHILDREN[@]}"; do
+    if [ -n "$child" ] && [ -r "/proc/$child/stat" ] && ! grep -q ') Z' "/proc/$child/stat"; then
+      left=$((left + 1))
+    fi
+  done
+  if ! kill -0 "$STDIO_PID" 2>/dev/null && [ "${#CHILDREN[@]}" -ge 3 ] && [ "$left" -eq 0 ]; then
+    pass "stdio upstreams: foldgate stopped its ${#CHILDREN[@]} server processes on shutdown"
+  else
+    fail "stdio upstreams: shutdown left $left of ${#CHILDREN[@]} server processes (foldgate $(kill -0 "$STDIO_PID" 2>/dev/null && echo running || echo stopped))"
+  fi
+else
+  fail "foldgate serve with stdio upstreams did not start"
+fi
+
 # --- summary --------------------------------------------------------------------------------
 if [ "$FAILED" -gt 0 ]; then
   log "failures"
   printf '  %s\n' "${FAILURES[@]}"
-  for dir in "$README_DIR" "$CONF_DIR" "$FED_DIR" "$RUN_DIR"; do
+  for dir in "$README_DIR" "$CONF_DIR" "$FED_DIR" "$RUN_DIR" "$STDIO_DIR"; do
     echo "--- foldgate's warnings and errors in $dir"
     grep -E '"level":"(WARN|ERROR)"' "$dir/stderr" 2>/dev/null | tail -n 20 || true
   done

@@ -50,7 +50,8 @@ impl From<&Registration> for Registered {
 pub struct UpstreamView {
     /// Its tools are `<name>__<tool>`.
     pub name: String,
-    /// Its URL, without credentials or query.
+    /// Its URL, without credentials or query; for a stdio upstream
+    /// (configuration file only), `stdio: <program>`.
     pub url: String,
     /// The tenants it serves; absent: every tenant.
     pub tenants: Option<Vec<String>>,
@@ -169,7 +170,7 @@ fn upstream_view(
     };
     UpstreamView {
         name: config.name.clone(),
-        url: shown(&config.url),
+        url: config.url.as_deref().map_or_else(|| config.shown_target(), shown),
         tenants: config.tenants.clone(),
         tools_allowed: config.tools.clone(),
         headers: config.headers.keys().cloned().collect(),

@@ -342,9 +342,9 @@ mod tests {
             },
             ms,
         );
-        metrics.upstream.record_call("files", "grep", ms, None);
-        metrics.upstream.record_call("files", "grep", ms, Some("upstream_unavailable"));
-        metrics.upstream.record_listing("files", ms, None);
+        metrics.upstream.record_call("files", false, "grep", ms, None);
+        metrics.upstream.record_call("files", false, "grep", ms, Some("upstream_unavailable"));
+        metrics.upstream.record_listing("files", false, ms, None);
         provider.force_flush().unwrap();
 
         let transport = [("network.transport", "tcp"), ("network.protocol.name", "http")];

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::oauth::TokenSource;
 
 /// The protocol version foldgate asks upstreams for.
-const PROTOCOL_VERSION: &str = "2025-11-25";
+pub(crate) const PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// Why an upstream request failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -103,25 +103,8 @@ impl McpClient {
 
     /// Every tool the upstream lists (following pagination).
     pub async fn list_tools(&self) -> Result<Vec<Value>, CallError> {
-        let mut tools = Vec::new();
-        let mut cursor: Option<String> = None;
-        // A bound on pages, against an upstream that never stops paginating.
-        for _ in 0..100 {
-            let params = match &cursor {
-                Some(c) => json!({"cursor": c}),
-                None => json!({}),
-            };
-            let result = self.request("tools/list", params, &HeaderMap::new()).await?;
-            let page = result.get("tools").and_then(Value::as_array).ok_or_else(|| {
-                CallError::Unavailable("tools/list answered without a tools array".into())
-            })?;
-            tools.extend(page.iter().cloned());
-            match result.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-                _ => return Ok(tools),
-            }
-        }
-        Err(CallError::Unavailable("tools/list paginates without end".into()))
+        let none = HeaderMap::new();
+        list_pages(|params| self.request("tools/list", params, &none)).await
     }
 
     /// Calls a tool; the raw `result` object.
@@ -132,15 +115,7 @@ impl McpClient {
         meta: Option<&Map<String, Value>>,
         extra: &HeaderMap,
     ) -> Result<Value, CallError> {
-        let mut params = Map::new();
-        params.insert("name".into(), Value::String(name.to_owned()));
-        if let Some(arguments) = arguments {
-            params.insert("arguments".into(), Value::Object(arguments.clone()));
-        }
-        if let Some(meta) = meta.filter(|m| !m.is_empty()) {
-            params.insert("_meta".into(), Value::Object(meta.clone()));
-        }
-        self.request("tools/call", Value::Object(params), extra).await
+        self.request("tools/call", call_params(name, arguments, meta), extra).await
     }
 
     /// A request with the handshake done first, redone once if the upstream
@@ -347,6 +322,51 @@ impl McpClient {
     }
 }
 
+/// Every tool an upstream lists, following pagination; `request` sends one
+/// `tools/list` with the params given.
+pub(crate) async fn list_pages<F, Fut>(mut request: F) -> Result<Vec<Value>, CallError>
+where
+    F: FnMut(Value) -> Fut,
+    Fut: Future<Output = Result<Value, CallError>>,
+{
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    // A bound on pages, against an upstream that never stops paginating.
+    for _ in 0..100 {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let result = request(params).await?;
+        let page = result.get("tools").and_then(Value::as_array).ok_or_else(|| {
+            CallError::Unavailable("tools/list answered without a tools array".into())
+        })?;
+        tools.extend(page.iter().cloned());
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+            _ => return Ok(tools),
+        }
+    }
+    Err(CallError::Unavailable("tools/list paginates without end".into()))
+}
+
+/// The params of a `tools/call`.
+pub(crate) fn call_params(
+    name: &str,
+    arguments: Option<&Map<String, Value>>,
+    meta: Option<&Map<String, Value>>,
+) -> Value {
+    let mut params = Map::new();
+    params.insert("name".into(), Value::String(name.to_owned()));
+    if let Some(arguments) = arguments {
+        params.insert("arguments".into(), Value::Object(arguments.clone()));
+    }
+    if let Some(meta) = meta.filter(|m| !m.is_empty()) {
+        params.insert("_meta".into(), Value::Object(meta.clone()));
+    }
+    Value::Object(params)
+}
+
 const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
@@ -372,7 +392,7 @@ impl Retry {
 }
 
 /// The `result` of a JSON-RPC response to request `id`.
-fn result_of(response: Value, id: u64) -> Result<Value, CallError> {
+pub(crate) fn result_of(response: Value, id: u64) -> Result<Value, CallError> {
     let Value::Object(mut obj) = response else {
         return Err(CallError::Unavailable("the response is not a JSON-RPC object".into()));
     };

@@ -16,7 +16,9 @@ pub const DEFAULT_UPSTREAM_SCOPE: &str = "fold:write";
 /// Separates an upstream's name from its tool's in the names agents see.
 pub const NAMESPACE_SEPARATOR: &str = "__";
 
-/// One upstream MCP server (Streamable HTTP).
+/// One upstream MCP server: reached over Streamable HTTP (`url`), or run by
+/// the gateway as child processes speaking MCP on their stdin and stdout
+/// (`command`, only in the configuration file).
 #[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -24,8 +26,54 @@ pub struct UpstreamConfig {
     /// Its tools appear as `<name>__<tool>`. Letters, digits, `-` and `_`
     /// (not `__`), at most 32 characters.
     pub name: String,
-    /// The upstream's Streamable HTTP endpoint.
-    pub url: String,
+    /// The upstream's Streamable HTTP endpoint (exactly one of `url` and
+    /// `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A program and its arguments, run as the upstream's MCP server over
+    /// stdio (exactly one of `url` and `command`). Never from the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The environment of `command`'s processes: nothing of the gateway's
+    /// but `PATH`, plus these. `${VAR}` is replaced by the gateway's
+    /// environment variable `VAR`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The working directory of `command`'s processes (the gateway's own if
+    /// omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// How many processes of `command` may run for one tenant at once
+    /// (requests are multiplexed over each process).
+    #[serde(default = "default_max_processes")]
+    pub max_processes: usize,
+    /// How long a process of `command` may sit unused before it is
+    /// stopped: text with units (`"5m"`) or a whole number of seconds.
+    #[serde(
+        default = "default_idle_timeout",
+        deserialize_with = "duration::seconds",
+        serialize_with = "duration::serialize"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = duration::DurationSchema))]
+    pub idle_timeout: Duration,
+    /// The address space a process of `command` may use (`RLIMIT_AS`): a
+    /// number of bytes, or text with a unit (`"512MiB"`, `"2GiB"`).
+    #[serde(
+        default,
+        deserialize_with = "bytes::optional",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_memory: Option<u64>,
+    /// The CPU time a process of `command` may use (`RLIMIT_CPU`), in whole
+    /// seconds: text with units (`"10m"`) or a number of seconds.
+    #[serde(
+        default,
+        deserialize_with = "optional_seconds",
+        serialize_with = "serialize_optional_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<duration::DurationSchema>))]
+    pub max_cpu: Option<Duration>,
     /// Tenants that may use it; `None` (omitted) means every tenant.
     #[serde(default)]
     pub tenants: Option<Vec<String>>,
@@ -101,6 +149,69 @@ fn default_refresh() -> Duration {
     Duration::from_secs(30)
 }
 
+fn default_max_processes() -> usize {
+    1
+}
+
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+
+fn optional_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    #[derive(Deserialize)]
+    struct Seconds(#[serde(deserialize_with = "duration::whole_seconds")] Duration);
+    Ok(Option::<Seconds>::deserialize(d)?.map(|s| s.0))
+}
+
+fn serialize_optional_seconds<S: serde::Serializer>(
+    value: &Option<Duration>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => duration::serialize(value, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Sizes in bytes: a number, or text with a binary unit.
+mod bytes {
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+
+    pub(super) fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<Size>::deserialize(d)? {
+            None => Ok(None),
+            Some(Size::Bytes(n)) => Ok(Some(n)),
+            Some(Size::Text(text)) => parse(&text).map(Some).map_err(D::Error::custom),
+        }
+    }
+
+    /// `"512MiB"`, `"2 GiB"`, `"1024"`: a whole number with an optional
+    /// binary unit (KiB, MiB, GiB, TiB; KB, MB, GB and TB mean the same).
+    pub(super) fn parse(text: &str) -> Result<u64, String> {
+        let text = text.trim();
+        let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits);
+        let number: u64 =
+            number.parse().map_err(|_| format!("{text:?} is not a size such as \"512MiB\""))?;
+        let shift = match unit.trim() {
+            "" | "B" => 0,
+            "K" | "KB" | "KiB" => 10,
+            "M" | "MB" | "MiB" => 20,
+            "G" | "GB" | "GiB" => 30,
+            "T" | "TB" | "TiB" => 40,
+            _ => return Err(format!("{text:?} is not a size such as \"512MiB\"")),
+        };
+        number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -114,7 +225,14 @@ impl fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UpstreamConfig")
             .field("name", &self.name)
-            .field("url", &redact_url(&self.url))
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("max_processes", &self.max_processes)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_memory", &self.max_memory)
+            .field("max_cpu", &self.max_cpu)
             .field("tenants", &self.tenants)
             .field("tools", &self.tools)
             .field("timeout", &self.timeout)
@@ -152,6 +270,23 @@ impl UpstreamConfig {
         self.scope.as_deref().unwrap_or(DEFAULT_UPSTREAM_SCOPE)
     }
 
+    /// Whether it is run as child processes over stdio (`command`).
+    pub fn is_stdio(&self) -> bool {
+        self.command.is_some()
+    }
+
+    /// Where it is, to be shown: its URL with any password redacted, or
+    /// `stdio: <program>` (not its arguments, which may hold credentials).
+    pub fn shown_target(&self) -> String {
+        match (&self.url, &self.command) {
+            (Some(url), _) => redact_url(url),
+            (None, Some(command)) => {
+                format!("stdio: {}", command.first().map_or("", String::as_str))
+            }
+            (None, None) => String::new(),
+        }
+    }
+
     /// Whether a tenant may use this upstream.
     pub fn serves_tenant(&self, tenant: &str) -> bool {
         self.tenants.as_ref().is_none_or(|list| list.iter().any(|t| t == tenant))
@@ -175,7 +310,19 @@ impl UpstreamConfig {
                 "name {name:?} must be 1 to 32 letters, digits, '-' or '_', without \"__\" and not ending in '_'"
             ).into());
         }
-        check_url("url", &self.url)?;
+        match (&self.url, &self.command) {
+            (Some(url), None) => {
+                check_url("url", url)?;
+                self.check_http_only()?;
+            }
+            (None, Some(command)) => self.check_command(command)?,
+            (Some(_), Some(_)) => {
+                return Err("set either url (Streamable HTTP) or command (stdio), not both".into());
+            }
+            (None, None) => {
+                return Err("set url (a Streamable HTTP server) or command (a stdio server)".into());
+            }
+        }
         duration::check_range(
             "timeout",
             self.timeout,
@@ -188,6 +335,17 @@ impl UpstreamConfig {
             self.refresh_interval,
             Duration::from_secs(1),
             Duration::from_secs(86_400),
+        )?;
+        if !(1..=64).contains(&self.max_processes) {
+            return Err(
+                format!("max_processes must be from 1 to 64, got {}", self.max_processes).into()
+            );
+        }
+        duration::check_range(
+            "idle_timeout",
+            self.idle_timeout,
+            Duration::from_secs(1),
+            Duration::from_secs(86_400 * 7),
         )?;
         if self.max_response_bytes < 1024 {
             return Err("max_response_bytes must be at least 1024".into());
@@ -216,12 +374,79 @@ impl UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// The settings of a stdio upstream: a program, no HTTP settings, a
+    /// sane environment and limits.
+    fn check_command(&self, command: &[String]) -> Result<(), String> {
+        match command.first() {
+            None => return Err("command is empty: give the program and its arguments".into()),
+            Some(program) if program.trim().is_empty() => {
+                return Err("command: the program name is empty".into());
+            }
+            Some(_) => {}
+        }
+        if command.iter().any(|a| a.contains('\0')) {
+            return Err("command: an argument contains a NUL character".into());
+        }
+        if !self.headers.is_empty() {
+            return Err("headers: only an upstream with a url (HTTP) sends headers".into());
+        }
+        if self.oauth.is_some() {
+            return Err("oauth: only an upstream with a url (HTTP) uses OAuth".into());
+        }
+        for name in self.env.keys() {
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!("env: {name:?} is not a variable name"));
+            }
+        }
+        if self.cwd.as_deref().is_some_and(str::is_empty) {
+            return Err("cwd is empty: omit it to use the gateway's working directory".into());
+        }
+        if self.max_memory.is_some_and(|m| m < 16 << 20) {
+            return Err("max_memory must be at least 16MiB".into());
+        }
+        if self.max_cpu.is_some_and(|c| c < Duration::from_secs(1)) {
+            return Err("max_cpu must be at least 1s".into());
+        }
+        Ok(())
+    }
+
+    /// The settings only a stdio upstream has are not set.
+    fn check_http_only(&self) -> Result<(), String> {
+        let stdio_only = [
+            ("env", !self.env.is_empty()),
+            ("cwd", self.cwd.is_some()),
+            ("max_memory", self.max_memory.is_some()),
+            ("max_cpu", self.max_cpu.is_some()),
+            ("max_processes", self.max_processes != default_max_processes()),
+            ("idle_timeout", self.idle_timeout != default_idle_timeout()),
+        ];
+        match stdio_only.iter().find(|(_, set)| *set) {
+            Some((name, _)) => {
+                Err(format!("{name}: only an upstream with a command (stdio) has it"))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl UpstreamConfig {
     /// Checks a declaration made through the admin API, which is kept in
     /// the database: as [`UpstreamConfig::validate`], and every credential
     /// (header values, the OAuth client's id and secret) only references
     /// environment variables whose names start with `prefix`
     /// ([`check_credential`]).
+    /// A registered upstream is never a `command`: that would let a caller
+    /// of the admin API run programs on the gateway's hosts.
     pub fn validate_registered(&self, prefix: &str) -> Result<(), foldgate_domain::ConfigError> {
+        if self.command.is_some() {
+            return Err("command: an upstream registered through the admin API must be reached \
+                        by url; only the configuration file may declare a stdio upstream \
+                        (command)"
+                .into());
+        }
         self.validate()?;
         for (name, value) in &self.headers {
             check_credential(&format!("headers.{name}"), value, prefix)?;
@@ -425,6 +650,81 @@ mod tests {
                 .to_string()
                 .contains("oauth.client_secret")
         );
+    }
+
+    #[test]
+    fn stdio_upstreams_are_checked() {
+        let u = toml_upstream("name = \"fs\"\ncommand = [\"mcp-server-filesystem\", \"/srv\"]");
+        u.validate().unwrap();
+        assert!(u.is_stdio());
+        assert_eq!(u.max_processes, 1);
+        assert_eq!(u.idle_timeout, Duration::from_secs(300));
+        assert_eq!((u.max_memory, u.max_cpu), (None, None));
+        assert_eq!(u.shown_target(), "stdio: mcp-server-filesystem");
+        let u = toml_upstream(
+            "name = \"fs\"\ncommand = [\"prog\"]\ncwd = \"/srv\"\nmax_processes = 4\nidle_timeout = \"10m\"\nmax_memory = \"512MiB\"\nmax_cpu = \"1m\"\n[upstreams.env]\nTOKEN = \"${FS_TOKEN}\"",
+        );
+        u.validate().unwrap();
+        assert_eq!(u.max_memory, Some(512 << 20));
+        assert_eq!(u.max_cpu, Some(Duration::from_secs(60)));
+        assert_eq!(u.idle_timeout, Duration::from_secs(600));
+        let shown = format!("{u:?}");
+        assert!(shown.contains("TOKEN") && !shown.contains("FS_TOKEN"), "{shown}");
+        assert_eq!(
+            toml_upstream("name = \"f\"\ncommand = [\"p\"]\nmax_memory = 1048576000").max_memory,
+            Some(1_048_576_000)
+        );
+
+        let bad = |src: &str| {
+            toml_upstream(&format!("name = \"f\"\n{src}")).validate().unwrap_err().to_string()
+        };
+        assert!(bad("").contains("set url") && bad("").contains("command"));
+        assert!(bad("url = \"http://h\"\ncommand = [\"p\"]").contains("not both"));
+        assert!(bad("command = []").contains("command is empty"));
+        assert!(bad("command = [\"  \"]").contains("program name is empty"));
+        assert!(bad("command = [\"p\"]\n[upstreams.headers]\nX = \"y\"").contains("headers"));
+        assert!(
+            bad("command = [\"p\"]\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"c\"\nclient_secret = \"s\"")
+                .contains("oauth")
+        );
+        assert!(bad("command = [\"p\"]\n[upstreams.env]\n\"A-B\" = \"x\"").contains("A-B"));
+        assert!(bad("command = [\"p\"]\nmax_processes = 0").contains("max_processes"));
+        assert!(bad("command = [\"p\"]\nmax_processes = 65").contains("max_processes"));
+        assert!(bad("command = [\"p\"]\nidle_timeout = 0").contains("idle_timeout"));
+        assert!(bad("command = [\"p\"]\nmax_memory = \"1MiB\"").contains("max_memory"));
+        assert!(bad("command = [\"p\"]\ncwd = \"\"").contains("cwd"));
+        // Settings of stdio upstreams are refused on an HTTP one.
+        assert!(bad("url = \"http://h\"\ncwd = \"/srv\"").contains("cwd"));
+        assert!(bad("url = \"http://h\"\nmax_cpu = 10").contains("max_cpu"));
+        assert!(bad("url = \"http://h\"\n[upstreams.env]\nA = \"b\"").contains("env"));
+        // Unreadable sizes are refused when the file is read.
+        #[derive(Debug, Deserialize)]
+        struct One {
+            #[allow(dead_code, reason = "only whether it parses")]
+            upstreams: Vec<UpstreamConfig>,
+        }
+        let unreadable = toml::from_str::<One>(
+            "[[upstreams]]\nname = \"f\"\ncommand = [\"p\"]\nmax_memory = \"lots\"",
+        );
+        assert!(unreadable.unwrap_err().to_string().contains("512MiB"));
+    }
+
+    #[test]
+    fn sizes_are_read_with_binary_units() {
+        assert_eq!(bytes::parse("1024"), Ok(1024));
+        assert_eq!(bytes::parse("512MiB"), Ok(512 << 20));
+        assert_eq!(bytes::parse(" 2 GiB "), Ok(2 << 30));
+        assert_eq!(bytes::parse("3K"), Ok(3 << 10));
+        assert!(bytes::parse("1.5GiB").is_err());
+        assert!(bytes::parse("MiB").is_err());
+        assert!(bytes::parse("99999999999TiB").unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn a_registered_upstream_cannot_be_a_command() {
+        let u = toml_upstream("name = \"f\"\ncommand = [\"/bin/sh\", \"-c\", \"id\"]");
+        let error = u.validate_registered("FOLDGATE_SECRET_").unwrap_err().to_string();
+        assert!(error.contains("command") && error.contains("configuration file"), "{error}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod metrics;
 mod oauth;
 mod registry;
 pub mod search;
+mod stdio;
 
 pub(crate) use client::CallError;
 pub use config::{

@@ -83,26 +83,34 @@ impl UpstreamMetrics {
         Self::new(&NoopMeterProvider::new().meter("foldgate"))
     }
 
-    /// Records one `tools/call` sent to `upstream`. `error_type` is `None`
+    /// Records one `tools/call` sent to `upstream` (over stdio if `stdio`,
+    /// else over HTTP). `error_type` is `None`
     /// on success; otherwise `"tool_error"` for a result with `isError`,
     /// the JSON-RPC error code (see [`rpc_error_type`]), or
     /// `"upstream_unavailable"` when no answer came.
     pub fn record_call(
         &self,
         upstream: &str,
+        stdio: bool,
         tool: &str,
         duration: Duration,
         error_type: Option<&str>,
     ) {
-        let mut attributes = client_attributes("tools/call", upstream, error_type);
+        let mut attributes = client_attributes("tools/call", upstream, stdio, error_type);
         attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
         attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
         self.operation_duration.record(duration.as_secs_f64(), &attributes);
     }
 
     /// Records one listing of `upstream`'s tools (every page of it).
-    pub fn record_listing(&self, upstream: &str, duration: Duration, error_type: Option<&str>) {
-        let attributes = client_attributes("tools/list", upstream, error_type);
+    pub fn record_listing(
+        &self,
+        upstream: &str,
+        stdio: bool,
+        duration: Duration,
+        error_type: Option<&str>,
+    ) {
+        let attributes = client_attributes("tools/list", upstream, stdio, error_type);
         self.operation_duration.record(duration.as_secs_f64(), &attributes);
     }
 
@@ -145,13 +153,22 @@ fn outside_labels(tenant: &str, upstream: &str) -> [KeyValue; 2] {
     [KeyValue::new("tenant", tenant.to_owned()), KeyValue::new("upstream", upstream.to_owned())]
 }
 
-fn client_attributes(method: &'static str, upstream: &str, error: Option<&str>) -> Vec<KeyValue> {
+fn client_attributes(
+    method: &'static str,
+    upstream: &str,
+    stdio: bool,
+    error: Option<&str>,
+) -> Vec<KeyValue> {
     let mut attributes = vec![
         KeyValue::new("mcp.method.name", method),
         KeyValue::new("upstream", upstream.to_owned()),
-        KeyValue::new("network.transport", "tcp"),
-        KeyValue::new("network.protocol.name", "http"),
     ];
+    if stdio {
+        attributes.push(KeyValue::new("network.transport", "pipe"));
+    } else {
+        attributes.push(KeyValue::new("network.transport", "tcp"));
+        attributes.push(KeyValue::new("network.protocol.name", "http"));
+    }
     if let Some(error) = error {
         attributes.push(KeyValue::new("error.type", error.to_owned()));
     }
@@ -161,8 +178,10 @@ fn client_attributes(method: &'static str, upstream: &str, error: Option<&str>) 
 /// Registers the upstream health gauges, read from
 /// [`Upstreams::health`] at each collection:
 /// `foldgate.upstream.up{upstream}` (1 when the upstream answered its last
-/// listing or call, 0 otherwise) and `foldgate.upstream.tools{upstream}`
-/// (the tools it offers agents, after the allow-list). The gauges keep the
+/// listing or call, 0 otherwise), `foldgate.upstream.tools{upstream}`
+/// (the tools it offers agents, after the allow-list) and, for stdio
+/// upstreams, `foldgate.upstream.processes{upstream}` (their processes
+/// running now, every tenant's and the one listing tools). The gauges keep the
 /// upstreams for as long as the meter provider lives, so that the last
 /// export, at shutdown, still reports them.
 pub fn observe_upstreams(meter: &Meter, upstreams: &Arc<Upstreams>) {
@@ -190,6 +209,20 @@ pub fn observe_upstreams(meter: &Meter, upstreams: &Arc<Upstreams>) {
             for (name, _, tools, _) in health.health() {
                 observer.observe(
                     u64::try_from(tools).unwrap_or(u64::MAX),
+                    &[KeyValue::new("upstream", name)],
+                );
+            }
+        })
+        .build();
+    let processes = Arc::clone(upstreams);
+    meter
+        .u64_observable_gauge("foldgate.upstream.processes")
+        .with_description("Processes of a stdio upstream running now")
+        .with_unit("{process}")
+        .with_callback(move |observer| {
+            for (name, live) in processes.processes() {
+                observer.observe(
+                    u64::try_from(live).unwrap_or(u64::MAX),
                     &[KeyValue::new("upstream", name)],
                 );
             }

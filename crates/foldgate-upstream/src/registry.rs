@@ -18,12 +18,14 @@ use super::{
     client::{CallError, McpClient},
     config::expand_env,
     oauth::{Grant, TokenSource},
+    stdio::{Spec, StdioClient},
 };
 use foldgate_domain::{Caller, TenantId};
 use foldgate_engine::{TenantRules, TenantSeries};
 
 use crate::metrics::UpstreamMetrics;
 
+mod processes;
 mod refresh;
 
 /// The longest name a tool may have (MCP tool-name guidance).
@@ -92,13 +94,22 @@ struct Listing {
 pub struct Upstream {
     pub config: UpstreamConfig,
     pub origin: Origin,
-    client: McpClient,
+    transport: Transport,
     listing: RwLock<Listing>,
     /// Wakes the refresher early (a call failed).
     recheck: Activator,
     /// Where requests to the upstream, and what the proxy meters of them,
     /// are recorded.
     pub(crate) metrics: UpstreamMetrics,
+}
+
+/// How an upstream is reached.
+#[derive(Debug)]
+enum Transport {
+    /// Streamable HTTP (`url`).
+    Http(Box<McpClient>),
+    /// Child processes over stdio (`command`), per tenant.
+    Stdio(StdioClient),
 }
 
 impl Upstream {
@@ -134,7 +145,34 @@ impl Upstream {
         self.listing.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Calls a tool by its upstream name; the raw `result`.
+    /// The processes of a stdio upstream running now; `None` for an HTTP
+    /// one.
+    pub fn processes(&self) -> Option<usize> {
+        match &self.transport {
+            Transport::Http(_) => None,
+            Transport::Stdio(stdio) => Some(stdio.live()),
+        }
+    }
+
+    /// The pids of a stdio upstream's processes serving `tenant` (`None`:
+    /// the process that lists its tools); empty for an HTTP upstream.
+    pub async fn process_ids(&self, tenant: Option<&TenantId>) -> Vec<u32> {
+        match &self.transport {
+            Transport::Http(_) => Vec::new(),
+            Transport::Stdio(stdio) => stdio.pids(tenant.map(TenantId::as_str)).await,
+        }
+    }
+
+    /// Stops a stdio upstream's idle processes; how many run afterwards.
+    pub(crate) async fn reap_idle(&self) -> usize {
+        match &self.transport {
+            Transport::Http(_) => 0,
+            Transport::Stdio(stdio) => stdio.reap_idle().await,
+        }
+    }
+
+    /// Calls a tool by its upstream name on behalf of `tenant` (a stdio
+    /// upstream uses one of the tenant's own processes); the raw `result`.
     ///
     /// The call is a client span (`tools/call <tool>`) whose context goes to
     /// the upstream both as the W3C `traceparent`/`tracestate` headers and
@@ -143,6 +181,7 @@ impl Upstream {
     /// trace. The call is timed into `mcp.client.operation.duration`.
     pub(crate) async fn call(
         &self,
+        tenant: &TenantId,
         tool: &UpstreamTool,
         arguments: Option<&Map<String, Value>>,
         meta: Option<&Map<String, Value>>,
@@ -158,19 +197,43 @@ impl Upstream {
             gen_ai.tool.name = %name,
             gen_ai.operation.name = "execute_tool",
             upstream = %self.name(),
-            server.address = self.client.host(),
-            server.port = self.client.port(),
-            network.transport = "tcp",
-            network.protocol.name = "http",
+            server.address = Empty,
+            server.port = Empty,
+            network.transport = Empty,
+            network.protocol.name = Empty,
             error.type = Empty,
         );
+        match &self.transport {
+            Transport::Http(client) => {
+                if let Some(host) = client.host() {
+                    span.record("server.address", host);
+                }
+                if let Some(port) = client.port() {
+                    span.record("server.port", port);
+                }
+                span.record("network.transport", "tcp");
+                span.record("network.protocol.name", "http");
+            }
+            Transport::Stdio(_) => {
+                span.record("network.transport", "pipe");
+            }
+        }
         let (headers, meta) = span.in_scope(|| with_trace_context(headers, meta));
         let started = Instant::now();
-        let result = self
-            .client
-            .call_tool(name, arguments, meta.as_ref(), &headers)
-            .instrument(span.clone())
-            .await;
+        let result = match &self.transport {
+            Transport::Http(client) => {
+                client
+                    .call_tool(name, arguments, meta.as_ref(), &headers)
+                    .instrument(span.clone())
+                    .await
+            }
+            Transport::Stdio(stdio) => {
+                stdio
+                    .call_tool(tenant.as_str(), name, arguments, meta.as_ref())
+                    .instrument(span.clone())
+                    .await
+            }
+        };
         let error_type = match &result {
             Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => {
                 Some("tool_error".to_owned())
@@ -178,7 +241,14 @@ impl Upstream {
             Ok(_) => None,
             Err(e) => Some(e.error_type()),
         };
-        self.metrics.record_call(self.name(), name, started.elapsed(), error_type.as_deref());
+        let stdio = matches!(self.transport, Transport::Stdio(_));
+        self.metrics.record_call(
+            self.name(),
+            stdio,
+            name,
+            started.elapsed(),
+            error_type.as_deref(),
+        );
         if let Some(error_type) = &error_type {
             span.record("error.type", error_type.as_str());
             span.record("otel.status_code", "ERROR");
@@ -211,9 +281,12 @@ impl Upstream {
     /// it makes no span, being background work on a timer.
     async fn refresh(&self) -> Result<usize, String> {
         let started = Instant::now();
-        let listed = self.client.list_tools().await;
+        let (listed, stdio) = match &self.transport {
+            Transport::Http(client) => (client.list_tools().await, false),
+            Transport::Stdio(stdio) => (stdio.list_tools().await, true),
+        };
         let error_type = listed.as_ref().err().map(CallError::error_type);
-        self.metrics.record_listing(self.name(), started.elapsed(), error_type.as_deref());
+        self.metrics.record_listing(self.name(), stdio, started.elapsed(), error_type.as_deref());
         let listed = listed.map_err(|e| e.to_string())?;
         let mut tools = HashMap::new();
         for raw in listed {
@@ -349,6 +422,30 @@ impl Builder {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Upstream, String> {
         config.validate().map_err(|e| e.to_string())?;
+        let transport = match &config.command {
+            Some(_) if origin == Origin::Registered => {
+                return Err(
+                    "command: only the configuration file may declare a stdio upstream".into()
+                );
+            }
+            Some(command) => Transport::Stdio(StdioClient::new(stdio_spec(config, command, env)?)),
+            None => Transport::Http(Box::new(self.http_client(config, env)?)),
+        };
+        Ok(Upstream {
+            config: config.clone(),
+            origin,
+            transport,
+            listing: RwLock::new(Listing::default()),
+            recheck: Activator::new(),
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn http_client(
+        &self,
+        config: &UpstreamConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<McpClient, String> {
         let mut headers = HeaderMap::new();
         for (name, value) in &config.headers {
             let value = expand_env(value, env).map_err(|e| format!("headers.{name}: {e}"))?;
@@ -370,24 +467,43 @@ impl Builder {
                 resource: o.resource.clone(),
             })),
         };
-        let url = reqwest::Url::parse(&config.url).map_err(|e| e.to_string())?;
-        let client = McpClient::new(
+        let url = config.url.as_deref().ok_or("url is not set")?;
+        let url = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+        Ok(McpClient::new(
             self.http.clone(),
             url,
             headers,
             oauth,
             config.timeout,
             config.max_response_bytes,
-        );
-        Ok(Upstream {
-            config: config.clone(),
-            origin,
-            client,
-            listing: RwLock::new(Listing::default()),
-            recheck: Activator::new(),
-            metrics: self.metrics.clone(),
-        })
+        ))
     }
+}
+
+/// How to run a stdio upstream's server: its `env` resolved with `env`.
+fn stdio_spec(
+    config: &UpstreamConfig,
+    command: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Spec, String> {
+    let (program, args) = command.split_first().ok_or("command is empty")?;
+    let mut vars = Vec::with_capacity(config.env.len());
+    for (name, value) in &config.env {
+        vars.push((name.clone(), expand_env(value, env).map_err(|e| format!("env.{name}: {e}"))?));
+    }
+    Ok(Spec {
+        upstream: config.name.clone(),
+        program: program.clone(),
+        args: args.to_vec(),
+        env: vars,
+        cwd: config.cwd.as_ref().map(std::path::PathBuf::from),
+        max_memory: config.max_memory,
+        max_cpu: config.max_cpu.map(|c| c.as_secs()),
+        timeout: config.timeout,
+        max_bytes: config.max_response_bytes,
+        idle_timeout: config.idle_timeout,
+        max_processes: config.max_processes,
+    })
 }
 
 impl Default for Upstreams {
@@ -448,6 +564,9 @@ impl Upstreams {
     pub fn register(&self, driver: &mut Driver) {
         for upstream in &self.configured {
             refresh::register(driver, upstream);
+            if matches!(upstream.transport, Transport::Stdio(_)) {
+                processes::register(driver, upstream);
+            }
         }
         // A second call is a no-op: the first spawner stays.
         let _ = self.spawner.set(driver.spawner());
@@ -641,6 +760,32 @@ impl Upstreams {
     pub fn restrict_with(&self, rules: Arc<TenantRules>) {
         // A second call is a no-op: the first rules stay.
         let _ = self.rules.set(rules);
+    }
+
+    /// Stops every process of the stdio upstreams, each in order (its stdin
+    /// closed, killed if it has not exited soon after), all at once; for
+    /// the gateway's shutdown.
+    pub async fn stop_processes(&self) {
+        let mut stopping = tokio::task::JoinSet::new();
+        for upstream in self.snapshot().iter() {
+            if matches!(upstream.transport, Transport::Stdio(_)) {
+                let upstream = Arc::clone(upstream);
+                stopping.spawn(async move {
+                    if let Transport::Stdio(stdio) = &upstream.transport {
+                        stdio.stop_all().await;
+                    }
+                });
+            }
+        }
+        while stopping.join_next().await.is_some() {}
+    }
+
+    /// Per stdio upstream: its name and how many of its processes run.
+    pub fn processes(&self) -> Vec<(String, usize)> {
+        self.snapshot()
+            .iter()
+            .filter_map(|u| u.processes().map(|n| (u.config.name.clone(), n)))
+            .collect()
     }
 
     /// Per upstream: name, whether it answers, tools offered, last error.

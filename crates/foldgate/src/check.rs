@@ -85,7 +85,12 @@ async fn check_auth(config: &Config, connect: bool) -> anyhow::Result<Vec<String
 /// their credentials.
 pub fn describe_upstreams(config: &Config) -> String {
     let each = config.upstreams.iter().map(|u| {
-        format!("{} ({}, {})", u.name, shown_url(&u.url), tenant_scope(u.tenants.as_deref()))
+        format!(
+            "{} ({}, {})",
+            u.name,
+            u.url.as_deref().map_or_else(|| u.shown_target(), shown_url),
+            tenant_scope(u.tenants.as_deref())
+        )
     });
     format!("upstreams: {}", list_or_none(each))
 }

@@ -188,6 +188,7 @@ pub async fn start(
     upstreams.start_series(&tenant_series);
     metrics::observe_upstreams(&meter, &upstreams);
     upstreams.register(&mut driver);
+    let upstream_processes = Arc::clone(&upstreams);
     // Stopped after the servers, so that runs whose callers are still
     // waiting go on during the grace period; then each run gives its lease
     // up, for another replica to take it over at once.
@@ -261,6 +262,8 @@ pub async fn start(
             background.stop_through(StopOrder::RUNS).await;
             runs_stop.cancel();
             runner.stopped().await;
+            // The runs are done with the upstreams: their stdio processes stop.
+            upstream_processes.stop_processes().await;
             // The supervisor, then the usage flusher's last pass (what the
             // calls of the grace period added), then the gauges.
             background.shutdown().await;

@@ -155,7 +155,9 @@ async fn forward(
     }
 
     let forwarded_meta = forwarded_meta(meta);
-    let answer = upstream.call(tool, arguments, forwarded_meta.as_ref(), &HeaderMap::new()).await;
+    let answer = upstream
+        .call(&who.tenant, tool, arguments, forwarded_meta.as_ref(), &HeaderMap::new())
+        .await;
     let raw = match answer {
         Ok(raw) => raw,
         Err(CallError::Unavailable(why)) => {

@@ -80,6 +80,12 @@ async fn registrations_are_live_on_every_replica_without_a_restart(backend: Back
         (with("name", json!("bad name")), "name"),
         (with("colour", json!("blue")), "colour"),
         (with("url", json!("ftp://files")), "http"),
+        // Only the configuration file may have the gateway run a program.
+        (
+            json!({"name": "team-shell", "command": ["/bin/sh", "-c", "id"]}),
+            "only the configuration file may declare a stdio upstream",
+        ),
+        (with("command", json!(["/bin/sh"])), "only the configuration file"),
     ] {
         let (status, body) = deployment.send_json(Method::POST, "/upstreams", Some(bad)).await;
         assert!(
