@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("docs")
 
@@ -33,6 +34,17 @@ def get_page(slug: str, paragraphs: int = 20) -> str:
 def search(query: str, limit: int = 5) -> list[str]:
     """Search the documentation; returns matching slugs."""
     return [f"{query}-{i}" for i in range(limit)]
+
+
+@server.tool()
+async def slow_report(steps: int, ctx: Context) -> str:
+    """Work through some steps slowly, reporting progress and logging each."""
+    for i in range(1, steps + 1):
+        await anyio.sleep(0.2)
+        await ctx.report_progress(i, steps, f"step {i} of {steps}")
+        await ctx.info(f"finished step {i}")
+        await ctx.debug(f"details of step {i}")
+    return f"{steps} steps done"
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 """Federation through foldgate, driven by the official Python MCP SDK: a FastMCP upstream
 (`fastmcp_upstream.py`, declared as upstream "docs") is reached as `docs__<tool>`, its calls
 inside a branch are metered against the branch, and a fold over five pages returns a short
-summary with the compression foldgate reports. With `--admin-token`, the same server is also
+summary with the compression foldgate reports. A slow upstream tool's progress and log messages
+reach the client's callbacks through foldgate. With `--admin-token`, the same server is also
 registered through the admin API as "docs-team" while the gateway runs: the SDK client sees its
 tools appear, calls one inside a branch whose budget cuts the result, and once the registration is
 removed sees them go and a call of one refused.
@@ -42,9 +43,15 @@ async def run(url: str, token: str, direct_url: str, checks: Checks) -> None:
         async with Client(streamable_http_client(direct_url, http_client=direct_http), mode="legacy") as direct:
             expected_page = texts(await direct.call_tool("get_page", {"slug": "retries", "paragraphs": 20}))
 
+    logged: list[tuple[str, Any]] = []
+
+    async def on_log(params: Any) -> None:
+        logged.append((params.level, params.data))
+
     http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with http_client:
-        async with Client(streamable_http_client(url, http_client=http_client), mode="auto") as client:
+        async with Client(streamable_http_client(url, http_client=http_client), mode="auto",
+                          logging_callback=on_log) as client:
             names: set[str] = set()
             for _ in range(50):
                 names = {t.name for t in (await client.list_tools()).tools}
@@ -82,6 +89,25 @@ async def run(url: str, token: str, direct_url: str, checks: Checks) -> None:
                 "branch_return", {"branch_id": branch, "message": "Retries: retry.max_attempts with exponential backoff."}))
             ratio = returned.get("compression_ratio", 0)
             checks.check(f"compression ratio {ratio} is above 0.9 ({passed} tokens read)", ratio > 0.9, returned)
+
+            progress: list[tuple[float, float | None, str | None]] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append((done, total, message))
+
+            slow = await client.call_tool(
+                "docs__slow_report", {"steps": 3}, progress_callback=on_progress,
+                meta={"io.modelcontextprotocol/logLevel": "info"})
+            checks.check("a slow upstream tool answers through foldgate", texts(slow) == "3 steps done", texts(slow))
+            checks.check("its progress reaches the client's callback, step by step",
+                         progress == [(i, 3, f"step {i} of 3") for i in (1, 2, 3)], progress)
+            checks.check("its log messages at the level asked (info) reach the client, not its debug ones",
+                         logged == [("info", f"finished step {i}") for i in (1, 2, 3)], logged)
+            logged.clear()
+            progress.clear()
+            quiet = await client.call_tool("docs__slow_report", {"steps": 2})
+            checks.check("without a progress token or a log level, nothing is relayed",
+                         texts(quiet) == "2 steps done" and not logged and not progress, (logged, progress))
 
             try:
                 bad = await client.call_tool("docs__get_page", {"paragraphs": "many"})

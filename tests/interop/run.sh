@@ -11,7 +11,8 @@
 #      2025-11-25 and 2026-07-28, against `foldgate serve --auth none` on loopback;
 #   4. federation: a FastMCP upstream (the Python SDK's MCPServer) declared in a config file (and
 #      the same server registered and removed through the admin API) is
-#      listed, called, metered and folded through foldgate by the Python SDK client.
+#      listed, called, metered and folded through foldgate by the Python SDK client; a slow
+#      tool's progress and log messages reach the client's callbacks.
 #   5. the history-folding helper (integrations/python/foldgate_fold.py): a scripted agent loop
 #      over the same gateway and upstream opens nested branches, calls the upstream inside them
 #      (metered to them) and folds them out of its own message history, including branches
@@ -244,7 +245,7 @@ if wait_for_line "$FED_DIR" "$FED_PID" '^foldgate is serving MCP at ' 60; then
   if (cd "$INTEROP" && timeout 180 "$VENV/bin/python" federation_client.py \
     --url "http://127.0.0.1:$FED_PORT/mcp" --token "$FED_TOKEN" --direct "http://127.0.0.1:$UP_PORT/mcp" \
     --admin-token "$FED_ADMIN"); then
-    pass "federation: FastMCP upstream listed, called, metered and folded through foldgate; registered and removed through the admin API"
+    pass "federation: FastMCP upstream listed, called, metered and folded through foldgate, its progress and log messages relayed; registered and removed through the admin API"
   else
     fail "federation: FastMCP upstream through foldgate"
     tail -n 20 "$FED_DIR/upstream.log" || true

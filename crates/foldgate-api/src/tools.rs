@@ -524,8 +524,10 @@ impl ServerHandler for FoldingTools {
                     tool: &tool,
                     arguments: request.arguments.as_ref(),
                     meta: Some(meta),
+                    relay: None,
                 };
-                proxy::call(&self.service, who, call, branch).await
+                let asked = proxy::Asked::new(context.peer.clone(), meta);
+                proxy::call(&self.service, who, call, branch, &asked).await
             }
             Checked::Folding(Parsed::Run(req)) => self.run(who, req, &context).await,
             Checked::Folding(Parsed::ToolSearch { query, limit }) => {

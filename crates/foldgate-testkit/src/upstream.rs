@@ -14,7 +14,10 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -26,11 +29,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use rmcp::{
-    ServerHandler,
+    Peer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-        Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-        Tool,
+        Implementation, ListToolsResult, NumberOrString, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
     },
     service::{RequestContext, RoleServer},
     transport::streamable_http_server::{
@@ -43,6 +46,52 @@ use tokio_util::sync::CancellationToken;
 
 /// A secret the scrubber knows (a GitHub token's format).
 pub const LEAKED: &str = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
+
+/// The `report` tool: `{list_changed?: bool}`.
+pub fn report_tool() -> Tool {
+    Tool::new(
+        "report",
+        "Report progress and log messages, then answer",
+        schema(json!({"type": "object", "properties": {"list_changed": {"type": "boolean"}}})),
+    )
+}
+
+/// What `report` does before it answers `reported`: progress 1 and 2 of 3
+/// for the token it was given (the second's message holds [`LEAKED`]), and
+/// between them progress for a token nobody gave; a `debug` log message
+/// and a `warning` one (logger `probe`, data `{"detail": …}` holding
+/// [`LEAKED`]); then, if `list_changed`, a tool list change.
+pub async fn report(
+    peer: &Peer<RoleServer>,
+    token: Option<ProgressToken>,
+    args: &Map<String, Value>,
+) -> String {
+    if let Some(token) = token {
+        let step = |progress: f64, message: String| {
+            ProgressNotificationParam::new(token.clone(), progress)
+                .with_total(3.0)
+                .with_message(message)
+        };
+        let _ = peer.notify_progress(step(1.0, "reading".into())).await;
+        let nobody = ProgressToken(NumberOrString::String("nobody".into()));
+        let _ = peer.notify_progress(ProgressNotificationParam::new(nobody, 9.0)).await;
+        let _ = peer.notify_progress(step(2.0, format!("found {LEAKED}"))).await;
+    }
+    #[expect(deprecated, reason = "MCP log messages, still what clients read")]
+    {
+        use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+        let debug = LoggingMessageNotificationParam::new(LoggingLevel::Debug, json!("noise"));
+        let _ = peer.notify_logging_message(debug).await;
+        let detail = json!({"detail": format!("token {LEAKED}")});
+        let warning = LoggingMessageNotificationParam::new(LoggingLevel::Warning, detail)
+            .with_logger("probe");
+        let _ = peer.notify_logging_message(warning).await;
+    }
+    if args.get("list_changed") == Some(&Value::Bool(true)) {
+        let _ = peer.notify_tool_list_changed().await;
+    }
+    "reported".to_owned()
+}
 
 /// The synthetic content of a file: a few hundred tokens of plausible code.
 pub fn file_text(path: &str, lines: usize) -> String {
@@ -141,6 +190,7 @@ pub struct UpstreamBuilder {
     /// Offered instead of the files tools; each answers a line naming
     /// itself and its arguments.
     serving: Option<Arc<Vec<Tool>>>,
+    reporting: bool,
 }
 
 impl UpstreamBuilder {
@@ -183,12 +233,21 @@ impl UpstreamBuilder {
         self
     }
 
+    /// Offers [`report_tool`] too.
+    pub fn reporting(mut self) -> Self {
+        self.reporting = true;
+        self
+    }
+
     /// The tools this server offers.
     fn offered(&self) -> Vec<Tool> {
         if let Some(tools) = &self.serving {
             return tools.to_vec();
         }
         let mut tools = catalogue();
+        if self.reporting {
+            tools.push(report_tool());
+        }
         if let Some(wanted) = &self.tools {
             tools.retain(|t| wanted.contains(&t.name.as_ref()));
         }
@@ -244,12 +303,13 @@ impl UpstreamBuilder {
         let files = Files::new(&self);
         let hold = Arc::clone(&files.hold);
         let calls = Arc::clone(&files.calls);
+        let listings = Arc::clone(&files.listings);
         let app = self.app(files, stop.child_token());
         let serving = stop.clone();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(serving.cancelled_owned()).await
         });
-        Upstream { addr, builder: self, stop, task, hold, calls }
+        Upstream { addr, builder: self, stop, task, hold, calls, listings }
     }
 }
 
@@ -264,6 +324,8 @@ struct Files {
     hold: Arc<Hold>,
     /// `None` when calls are not noted.
     calls: Arc<Option<Mutex<Vec<Traced>>>>,
+    /// How many times the tools were listed.
+    listings: Arc<AtomicUsize>,
 }
 
 impl Files {
@@ -275,6 +337,7 @@ impl Files {
             name: builder.name,
             hold: Arc::default(),
             calls: Arc::new((!builder.unrecorded).then(Mutex::default)),
+            listings: Arc::default(),
         }
     }
 
@@ -312,6 +375,7 @@ impl ServerHandler for Files {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
         Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
     }
 
@@ -355,6 +419,12 @@ impl ServerHandler for Files {
                 "deploy with GITHUB_TOKEN={LEAKED}"
             ))]),
             "admin_reset" => CallToolResult::success(vec![ContentBlock::text("reset everything")]),
+            "report" => {
+                let token = context.meta.get_progress_token();
+                CallToolResult::success(vec![ContentBlock::text(
+                    report(&context.peer, token, &args).await,
+                )])
+            }
             "read_typed" => {
                 let text = file_text(&text("path"), lines());
                 let mut result = CallToolResult::structured(json!({"result": text}));
@@ -377,6 +447,7 @@ pub struct Upstream {
     /// Its calls of `read_held`.
     pub hold: Arc<Hold>,
     calls: Arc<Option<Mutex<Vec<Traced>>>>,
+    listings: Arc<AtomicUsize>,
 }
 
 impl Upstream {
@@ -396,6 +467,11 @@ impl Upstream {
     /// The MCP endpoint's URL.
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
+    }
+
+    /// How many times its tools were listed so far.
+    pub fn listings(&self) -> usize {
+        self.listings.load(Ordering::SeqCst)
     }
 
     /// The calls that came in so far, in order.

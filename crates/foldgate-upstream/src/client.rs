@@ -15,7 +15,9 @@ use std::{
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::oauth::TokenSource;
+use foldgate_background::Activator;
+
+use super::{notice::Listener, oauth::TokenSource};
 
 /// The protocol version foldgate asks upstreams for.
 pub(crate) const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -61,6 +63,8 @@ pub(crate) struct McpClient {
     session: RwLock<Option<Arc<Session>>>,
     handshake: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
+    /// Set off when the upstream says its tool list changed.
+    list_changed: Activator,
 }
 
 /// A response, or an accepted notification.
@@ -77,6 +81,7 @@ impl McpClient {
         oauth: Option<TokenSource>,
         timeout: Duration,
         max_bytes: usize,
+        list_changed: Activator,
     ) -> Self {
         Self {
             http,
@@ -88,6 +93,7 @@ impl McpClient {
             session: RwLock::new(None),
             handshake: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
+            list_changed,
         }
     }
 
@@ -104,18 +110,20 @@ impl McpClient {
     /// Every tool the upstream lists (following pagination).
     pub async fn list_tools(&self) -> Result<Vec<Value>, CallError> {
         let none = HeaderMap::new();
-        list_pages(|params| self.request("tools/list", params, &none)).await
+        list_pages(|params| self.request("tools/list", params, &none, None)).await
     }
 
-    /// Calls a tool; the raw `result` object.
+    /// Calls a tool; the raw `result` object. What the upstream sends about
+    /// the call on the way goes to `listener`.
     pub async fn call_tool(
         &self,
         name: &str,
         arguments: Option<&Map<String, Value>>,
         meta: Option<&Map<String, Value>>,
         extra: &HeaderMap,
+        listener: Option<&Listener>,
     ) -> Result<Value, CallError> {
-        self.request("tools/call", call_params(name, arguments, meta), extra).await
+        self.request("tools/call", call_params(name, arguments, meta), extra, listener).await
     }
 
     /// A request with the handshake done first, redone once if the upstream
@@ -125,6 +133,7 @@ impl McpClient {
         method: &str,
         params: Value,
         extra: &HeaderMap,
+        listener: Option<&Listener>,
     ) -> Result<Value, CallError> {
         let work = async {
             let mut retried = false;
@@ -133,7 +142,7 @@ impl McpClient {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                 let message =
                     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-                match self.post(&message, Some(&session), extra).await {
+                match self.post(&message, Some(&session), extra, listener).await {
                     Err(Retry::SessionLost) | Err(Retry::Unauthorized) if !retried => {
                         retried = true;
                         self.forget(&session).await;
@@ -207,8 +216,10 @@ impl McpClient {
                 "clientInfo": {"name": "foldgate", "version": env!("CARGO_PKG_VERSION")},
             },
         });
-        let (answer, session_id) =
-            self.post_raw(&message, None, &HeaderMap::new()).await.map_err(Retry::into_error)?;
+        let (answer, session_id) = self
+            .post_raw(&message, None, &HeaderMap::new(), None)
+            .await
+            .map_err(Retry::into_error)?;
         let Answer::Message(response) = answer else {
             return Err(CallError::Unavailable("initialize was not answered".into()));
         };
@@ -222,7 +233,7 @@ impl McpClient {
             })?;
         let session = Session { id: session_id, protocol: version };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.post(&initialized, Some(&session), &HeaderMap::new())
+        self.post(&initialized, Some(&session), &HeaderMap::new(), None)
             .await
             .map_err(Retry::into_error)?;
         Ok(session)
@@ -233,16 +244,20 @@ impl McpClient {
         message: &Value,
         session: Option<&Session>,
         extra: &HeaderMap,
+        listener: Option<&Listener>,
     ) -> Result<Answer, Retry> {
-        self.post_raw(message, session, extra).await.map(|(answer, _)| answer)
+        self.post_raw(message, session, extra, listener).await.map(|(answer, _)| answer)
     }
 
     /// Sends one message; the answer and any session id the upstream gave.
+    /// The notifications that come before the answer on its event stream go
+    /// to `listener`, a tool list change to the refresher.
     async fn post_raw(
         &self,
         message: &Value,
         session: Option<&Session>,
         extra: &HeaderMap,
+        listener: Option<&Listener>,
     ) -> Result<(Answer, Option<HeaderValue>), Retry> {
         let unavailable = |why: String| Retry::Fail(CallError::Unavailable(why));
         let mut request = self
@@ -299,7 +314,14 @@ impl McpClient {
             }
             if is_sse {
                 // Answers arrive as events; stop at ours, the stream may stay open.
-                if let Some(found) = sse.push(&chunk, wanted.as_ref()) {
+                let mut notified = |method: &str, params: Option<&Value>| {
+                    if method == "notifications/tools/list_changed" {
+                        self.list_changed.activate();
+                    } else if let Some(listener) = listener {
+                        listener.offer(method, params);
+                    }
+                };
+                if let Some(found) = sse.push(&chunk, wanted.as_ref(), &mut notified) {
                     return Ok((Answer::Message(found), session_id));
                 }
                 sse.account(chunk.len(), self.max_bytes).map_err(unavailable)?;
@@ -419,16 +441,29 @@ struct SseReader {
 
 impl SseReader {
     /// Adds bytes; returns the JSON-RPC response with the wanted id if a
-    /// complete event carried it.
-    fn push(&mut self, bytes: &[u8], wanted: Option<&Value>) -> Option<Value> {
+    /// complete event carried it. The notifications of the events before it
+    /// go to `notified` (method, params).
+    fn push(
+        &mut self,
+        bytes: &[u8],
+        wanted: Option<&Value>,
+        notified: &mut dyn FnMut(&str, Option<&Value>),
+    ) -> Option<Value> {
         self.pending.extend_from_slice(bytes);
         while let Some((end, sep)) = event_end(&self.pending) {
             let event: Vec<u8> = self.pending.drain(..end + sep).take(end).collect();
-            if let Some(message) = event_data(&event)
-                && message.get("id") == wanted
-                && (message.get("result").is_some() || message.get("error").is_some())
-            {
-                return Some(message);
+            let Some(message) = event_data(&event) else { continue };
+            match (message.get("id"), message.get("method").and_then(Value::as_str)) {
+                (None, Some(method)) => notified(method, message.get("params")),
+                (id, None)
+                    if id == wanted
+                        && (message.get("result").is_some() || message.get("error").is_some()) =>
+                {
+                    return Some(message);
+                }
+                // The upstream's own requests (sampling, elicitation) are
+                // not answered: the call goes on without them.
+                _ => {}
             }
         }
         None
@@ -484,14 +519,28 @@ mod tests {
     fn sse_events_are_split_and_matched() {
         let mut r = SseReader::default();
         let wanted = json!(7);
-        let notification =
-            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n";
-        assert_eq!(r.push(notification.as_bytes(), Some(&wanted)), None);
-        assert_eq!(r.push(b"id: 1\r\ndata: {\"jsonrpc\":\"2.0\",", Some(&wanted)), None);
-        let found = r.push(b"\"id\":7,\"result\":{}}\r\n\r\n", Some(&wanted)).unwrap();
+        let mut seen = Vec::new();
+        let mut notified = |method: &str, params: Option<&Value>| {
+            seen.push((method.to_owned(), params.cloned()));
+        };
+        let notification = "event: message\ndata: {\"jsonrpc\":\"2.0\",\
+            \"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
+        assert_eq!(r.push(notification.as_bytes(), Some(&wanted), &mut notified), None);
+        let request =
+            "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"sampling/createMessage\"}\n\n";
+        assert_eq!(r.push(request.as_bytes(), Some(&wanted), &mut notified), None);
+        let start = b"id: 1\r\ndata: {\"jsonrpc\":\"2.0\",";
+        assert_eq!(r.push(start, Some(&wanted), &mut notified), None);
+        let end = b"\"id\":7,\"result\":{}}\r\n\r\n";
+        let found = r.push(end, Some(&wanted), &mut notified).unwrap();
         assert_eq!(found["id"], 7);
         let other = "data: {\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n\n";
-        assert_eq!(r.push(other.as_bytes(), Some(&wanted)), None);
+        assert_eq!(r.push(other.as_bytes(), Some(&wanted), &mut notified), None);
+        assert_eq!(
+            seen,
+            [("notifications/progress".to_owned(), Some(json!({"progress": 1})))],
+            "the notification, not the upstream's request"
+        );
     }
 
     #[test]

@@ -8,12 +8,15 @@
 //! goes through [`meter::call`]: forwarded with foldgate's credentials (a
 //! static header or an OAuth client-credentials token, never the agent's),
 //! scrubbed, counted, charged to the branch it belongs to, and cut at what
-//! the branch grants.
+//! the branch grants. What the upstream says while the call runs (its
+//! progress and log messages) is handed back to the caller on the way
+//! ([`notice`]).
 
 mod client;
 mod config;
 pub mod meter;
 pub mod metrics;
+pub mod notice;
 mod oauth;
 mod registry;
 pub mod search;

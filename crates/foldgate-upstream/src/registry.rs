@@ -17,6 +17,7 @@ use super::{
     NAMESPACE_SEPARATOR, UpstreamConfig,
     client::{CallError, McpClient},
     config::expand_env,
+    notice::Listener,
     oauth::{Grant, TokenSource},
     stdio::{Spec, StdioClient},
 };
@@ -96,7 +97,8 @@ pub struct Upstream {
     pub origin: Origin,
     transport: Transport,
     listing: RwLock<Listing>,
-    /// Wakes the refresher early (a call failed).
+    /// Wakes the refresher early (a call failed, or the upstream said its
+    /// tool list changed).
     recheck: Activator,
     /// Where requests to the upstream, and what the proxy meters of them,
     /// are recorded.
@@ -186,6 +188,7 @@ impl Upstream {
         arguments: Option<&Map<String, Value>>,
         meta: Option<&Map<String, Value>>,
         headers: &HeaderMap,
+        listener: Option<&Listener>,
     ) -> Result<Value, CallError> {
         let name = &tool.upstream_name;
         let span = tracing::info_span!(
@@ -223,13 +226,13 @@ impl Upstream {
         let result = match &self.transport {
             Transport::Http(client) => {
                 client
-                    .call_tool(name, arguments, meta.as_ref(), &headers)
+                    .call_tool(name, arguments, meta.as_ref(), &headers, listener)
                     .instrument(span.clone())
                     .await
             }
             Transport::Stdio(stdio) => {
                 stdio
-                    .call_tool(tenant.as_str(), name, arguments, meta.as_ref())
+                    .call_tool(tenant.as_str(), name, arguments, meta.as_ref(), listener)
                     .instrument(span.clone())
                     .await
             }
@@ -422,21 +425,25 @@ impl Builder {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Upstream, String> {
         config.validate().map_err(|e| e.to_string())?;
+        // Also what an upstream's `notifications/tools/list_changed` sets off.
+        let recheck = Activator::new();
         let transport = match &config.command {
             Some(_) if origin == Origin::Registered => {
                 return Err(
                     "command: only the configuration file may declare a stdio upstream".into()
                 );
             }
-            Some(command) => Transport::Stdio(StdioClient::new(stdio_spec(config, command, env)?)),
-            None => Transport::Http(Box::new(self.http_client(config, env)?)),
+            Some(command) => {
+                Transport::Stdio(StdioClient::new(stdio_spec(config, command, env, &recheck)?))
+            }
+            None => Transport::Http(Box::new(self.http_client(config, env, recheck.clone())?)),
         };
         Ok(Upstream {
             config: config.clone(),
             origin,
             transport,
             listing: RwLock::new(Listing::default()),
-            recheck: Activator::new(),
+            recheck,
             metrics: self.metrics.clone(),
         })
     }
@@ -445,6 +452,7 @@ impl Builder {
         &self,
         config: &UpstreamConfig,
         env: &dyn Fn(&str) -> Option<String>,
+        list_changed: Activator,
     ) -> Result<McpClient, String> {
         let mut headers = HeaderMap::new();
         for (name, value) in &config.headers {
@@ -476,6 +484,7 @@ impl Builder {
             oauth,
             config.timeout,
             config.max_response_bytes,
+            list_changed,
         ))
     }
 }
@@ -485,6 +494,7 @@ fn stdio_spec(
     config: &UpstreamConfig,
     command: &[String],
     env: &dyn Fn(&str) -> Option<String>,
+    list_changed: &Activator,
 ) -> Result<Spec, String> {
     let (program, args) = command.split_first().ok_or("command is empty")?;
     let mut vars = Vec::with_capacity(config.env.len());
@@ -503,6 +513,7 @@ fn stdio_spec(
         max_bytes: config.max_response_bytes,
         idle_timeout: config.idle_timeout,
         max_processes: config.max_processes,
+        list_changed: list_changed.clone(),
     })
 }
 

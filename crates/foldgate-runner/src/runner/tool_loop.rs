@@ -252,7 +252,7 @@ impl Runner {
                 false,
             );
         }
-        let call = UpstreamCall { upstream, tool, arguments, meta: None };
+        let call = UpstreamCall { upstream, tool, arguments, meta: None, relay: None };
         match meter::call(&self.service, principal, target, call).await {
             Ok(Answer::Result(result)) => {
                 let report = result.meta.as_ref().and_then(|m| m.0.get(meter::METERING_META_KEY));

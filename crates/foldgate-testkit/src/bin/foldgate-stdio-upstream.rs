@@ -20,11 +20,13 @@
 //! - `ask {}`: sends the client a `ping` and a `roots/list` request and
 //!   says how each was answered.
 //! - `exit {}`: the process exits (code 3) without answering.
+//! - `report {list_changed?}`: progress and log messages, then `reported`
+//!   (as the HTTP test upstream's `report` does).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
-use foldgate_testkit::upstream::schema;
+use foldgate_testkit::upstream::{report, report_tool, schema};
 use rmcp::{
     ServerHandler, ServiceExt,
     model::{
@@ -61,6 +63,7 @@ fn tools() -> Vec<Tool> {
         Tool::new("allocate", "Use memory", one("mib", "integer")),
         Tool::new("ask", "Send the client requests", none()),
         Tool::new("exit", "Exit without answering", none()),
+        report_tool(),
     ]
 }
 
@@ -134,6 +137,7 @@ impl ServerHandler for Probe {
                 format!("{ping}; {roots}")
             }
             "exit" => std::process::exit(3),
+            "report" => report(&context.peer, context.meta.get_progress_token(), &args).await,
             other => {
                 return Err(ErrorData::invalid_params(format!("unknown tool {other:?}"), None));
             }

@@ -10,10 +10,11 @@ use std::{
 use foldgate_background::{Driver, Running};
 use foldgate_domain::{Caller, Principal, TenantId};
 use foldgate_engine::{CallTarget, CreateBranch, FoldingService};
-use foldgate_testkit::{ServiceBuilder, TestDb, principal};
+use foldgate_testkit::{ServiceBuilder, TestDb, principal, upstream::LEAKED};
 use foldgate_upstream::{
     Lookup, UpstreamConfig, UpstreamMetrics, Upstreams,
     meter::{self, Answer, METERING_META_KEY, UpstreamCall},
+    notice::{self, Notice, Relay},
 };
 use nix::{sys::signal, unistd::Pid};
 use serde_json::{Value, json};
@@ -70,7 +71,7 @@ impl Gateway {
         let db = TestDb::sqlite().await;
         let service = ServiceBuilder::new(db.connect().await).build();
         let gateway = Self { upstreams, service, driver, db };
-        gateway.until(|g| g.upstreams.tools_for(&agent("acme")).len() == 10, "tools listed").await;
+        gateway.until(|g| g.upstreams.tools_for(&agent("acme")).len() == 11, "tools listed").await;
         gateway
     }
 
@@ -111,6 +112,7 @@ impl Gateway {
             tool: &tool,
             arguments: args.as_object(),
             meta: None,
+            relay: None,
         };
         match meter::call(&self.service, &who.0, target, call).await.unwrap() {
             Answer::Result(result) => serde_json::to_value(result).unwrap(),
@@ -355,4 +357,46 @@ async fn a_command_that_cannot_run_is_reported() {
     let errors = none.apply(&[probe("")], |_| None);
     assert!(errors[0].1.contains("only the configuration file"), "{errors:?}");
     assert!(none.is_empty());
+}
+
+#[tokio::test]
+async fn progress_and_log_messages_of_a_call_reach_its_caller_scrubbed() {
+    let gw = Gateway::start(probe(""), &[]).await;
+    let who = agent("acme");
+    let Lookup::Found(upstream, tool) = gw.upstreams.lookup(&who, "probe__report") else {
+        panic!("probe__report is not found");
+    };
+    let (sink, mut notices) = tokio::sync::mpsc::channel(notice::QUEUE);
+    let call = UpstreamCall {
+        upstream: &upstream,
+        tool: &tool,
+        arguments: None,
+        meta: None,
+        relay: Some(Relay { sink: &sink, progress: true, min_log: Some("info") }),
+    };
+    let answer = meter::call(&gw.service, &who.0, &CallTarget::Outside(None), call).await.unwrap();
+    let Answer::Result(result) = answer else { panic!("{answer:?}") };
+    assert_eq!(serde_json::to_value(&result).unwrap()["content"][0]["text"], "reported");
+
+    // Before the answer, in order: the call's own progress (not the stray
+    // token's), and the warning (not the debug message), scrubbed.
+    let got: Vec<Notice> = std::iter::from_fn(|| notices.try_recv().ok()).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    let reading =
+        Notice::Progress { progress: 1.0, total: Some(3.0), message: Some("reading".into()) };
+    assert_eq!(got[0], reading);
+    let Notice::Progress { progress: 2.0, message: Some(found), .. } = &got[1] else {
+        panic!("{got:?}")
+    };
+    assert!(found.contains("REDACTED") && !found.contains(LEAKED), "{found}");
+    let Notice::Log { level: "warning", logger: Some(logger), data } = &got[2] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(logger, "probe");
+    let detail = data["detail"].as_str().unwrap();
+    assert!(detail.contains("REDACTED") && !detail.contains(LEAKED), "{detail}");
+
+    // A caller that wants nothing of it gets the same answer.
+    assert_eq!(gw.call("acme", "report", json!({})).await, ("reported".into(), false));
+    gw.stop().await;
 }

@@ -30,7 +30,10 @@ use rmcp::model::{CallToolResult, ErrorCode as RpcCode, ErrorData};
 use serde_json::{Map, Value, json};
 use tracing::{Instrument as _, Span, field::Empty};
 
-use crate::{CallError, Upstream, UpstreamTool};
+use crate::{
+    CallError, Upstream, UpstreamTool,
+    notice::{Listener, Relay},
+};
 
 /// The `_meta` key (in `tools/call` params) naming the branch a call
 /// belongs to.
@@ -47,6 +50,9 @@ pub struct UpstreamCall<'a> {
     /// The request's `_meta`, if any; what belongs to foldgate and to the
     /// caller's own connection is not forwarded.
     pub meta: Option<&'a Map<String, Value>>,
+    /// Where the upstream's progress and log messages for the call go, if
+    /// the caller wants them.
+    pub relay: Option<Relay<'a>>,
 }
 
 /// What the caller gets back from a call that was made (or refused with a
@@ -129,7 +135,7 @@ async fn forward(
     call: UpstreamCall<'_>,
     span: Span,
 ) -> Result<Answer, CallFailure> {
-    let UpstreamCall { upstream, tool, arguments, meta } = call;
+    let UpstreamCall { upstream, tool, arguments, meta, relay } = call;
     // A tenant that spent its token quota calls nothing more.
     service.tenant_rules().check_quota(&who.tenant, service.clock().now())?;
     let scrubber = service.scrubber();
@@ -154,9 +160,20 @@ async fn forward(
         return Err(FoldError::BudgetExhausted { available: remaining }.into());
     }
 
-    let forwarded_meta = forwarded_meta(meta);
+    let listener = relay.map(|relay| {
+        let scrubber = upstream.config.scrub_results.then(|| Arc::clone(scrubber));
+        Listener::new(relay.sink.clone(), relay.progress, relay.min_log, scrubber)
+    });
+    let forwarded_meta = forwarded_meta(meta, listener.as_ref());
     let answer = upstream
-        .call(&who.tenant, tool, arguments, forwarded_meta.as_ref(), &HeaderMap::new())
+        .call(
+            &who.tenant,
+            tool,
+            arguments,
+            forwarded_meta.as_ref(),
+            &HeaderMap::new(),
+            listener.as_ref(),
+        )
         .await;
     let raw = match answer {
         Ok(raw) => raw,
@@ -422,10 +439,15 @@ fn refusal(code: ErrorCode, message: &str) -> Answer {
 }
 
 /// The request's `_meta` as the upstream gets it: without foldgate's keys
-/// and without the keys that belong to the agent's own connection.
-fn forwarded_meta(meta: Option<&Map<String, Value>>) -> Option<Map<String, Value>> {
-    let kept: Map<String, Value> = meta?
-        .iter()
+/// and without the keys that belong to the agent's own connection; with the
+/// listener's own progress token and the log level it hands on, if any.
+fn forwarded_meta(
+    meta: Option<&Map<String, Value>>,
+    listener: Option<&Listener>,
+) -> Option<Map<String, Value>> {
+    let mut kept: Map<String, Value> = meta
+        .into_iter()
+        .flatten()
         .filter(|(k, _)| {
             !(k.starts_with("foldgate/")
                 || k.starts_with("io.modelcontextprotocol/")
@@ -433,8 +455,17 @@ fn forwarded_meta(meta: Option<&Map<String, Value>>) -> Option<Map<String, Value
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    if let Some(token) = listener.and_then(Listener::token) {
+        kept.insert("progressToken".into(), Value::String(token.to_owned()));
+    }
+    if let Some(level) = listener.and_then(Listener::min_log) {
+        kept.insert(LOG_LEVEL_META_KEY.into(), Value::String(level.to_owned()));
+    }
     (!kept.is_empty()).then_some(kept)
 }
+
+/// The `_meta` key of a request's least log level (SEP-2575).
+pub const LOG_LEVEL_META_KEY: &str = "io.modelcontextprotocol/logLevel";
 
 fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()

@@ -136,7 +136,17 @@ fn foldgate_and_connection_keys_are_not_forwarded() {
     ]
     .into_iter()
     .collect();
-    let forwarded = forwarded_meta(Some(&meta)).unwrap();
+    let forwarded = forwarded_meta(Some(&meta), None).unwrap();
     assert_eq!(forwarded.len(), 1);
     assert!(forwarded.contains_key("team/trace"));
+    assert_eq!(forwarded_meta(None, None), None);
+
+    // A listener's own token and log level replace the agent's.
+    let (sink, _) = tokio::sync::mpsc::channel(1);
+    let listener = Listener::new(sink, true, Some("info"), None);
+    let forwarded = forwarded_meta(Some(&meta), Some(&listener)).unwrap();
+    assert_eq!(forwarded["progressToken"], json!(listener.token().unwrap()));
+    assert_ne!(forwarded["progressToken"], json!(1));
+    assert_eq!(forwarded[LOG_LEVEL_META_KEY], json!("info"));
+    assert_eq!(forwarded.len(), 3);
 }

@@ -22,10 +22,14 @@ use std::{
     time::Duration,
 };
 
+use foldgate_background::Activator;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use crate::client::{CallError, call_params, list_pages};
+use crate::{
+    client::{CallError, call_params, list_pages},
+    notice::Listener,
+};
 
 mod process;
 
@@ -59,6 +63,8 @@ pub(crate) struct Spec {
     pub max_bytes: usize,
     pub idle_timeout: Duration,
     pub max_processes: usize,
+    /// Set off when a process says the tool list changed.
+    pub list_changed: Activator,
 }
 
 /// One stdio upstream's processes.
@@ -85,32 +91,40 @@ impl StdioClient {
 
     /// Every tool the server lists, from the discovery process.
     pub async fn list_tools(&self) -> Result<Vec<Value>, CallError> {
-        list_pages(|params| self.request(&self.discovery, "tools/list", params)).await
+        list_pages(|params| self.request(&self.discovery, "tools/list", params, None)).await
     }
 
-    /// Calls a tool in one of `tenant`'s processes; the raw `result`.
+    /// Calls a tool in one of `tenant`'s processes; the raw `result`. The
+    /// process's notifications about the call go to `listener`.
     pub async fn call_tool(
         &self,
         tenant: &str,
         name: &str,
         arguments: Option<&Map<String, Value>>,
         meta: Option<&Map<String, Value>>,
+        listener: Option<&Listener>,
     ) -> Result<Value, CallError> {
         let pool = self.pool(tenant);
-        self.request(&pool, "tools/call", call_params(name, arguments, meta)).await
+        self.request(&pool, "tools/call", call_params(name, arguments, meta), listener).await
     }
 
     /// A request to a process of `pool` (started if need be), within the
     /// upstream's `timeout`.
-    async fn request(&self, pool: &Pool, method: &str, params: Value) -> Result<Value, CallError> {
+    async fn request(
+        &self,
+        pool: &Pool,
+        method: &str,
+        params: Value,
+        listener: Option<&Listener>,
+    ) -> Result<Value, CallError> {
         let work = async {
             let process = pool.acquire(&self.spec, &self.live).await?;
-            match process.try_request(method, params.clone()).await {
+            match process.try_request(method, params.clone(), listener).await {
                 // The process died before the request left, unnoticed yet:
                 // once more, on another (nothing reached the server).
                 Err(Failed::NotSent(_)) => {
                     let process = pool.acquire(&self.spec, &self.live).await?;
-                    process.request(method, params).await
+                    process.try_request(method, params, listener).await.map_err(Failed::into_error)
                 }
                 answered => answered.map_err(Failed::into_error),
             }

@@ -21,8 +21,13 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+use foldgate_background::Activator;
+
 use super::Spec;
-use crate::client::{CallError, PROTOCOL_VERSION, result_of};
+use crate::{
+    client::{CallError, PROTOCOL_VERSION, result_of},
+    notice::Listener,
+};
 
 /// How long a process has to exit once its stdin is closed before it is
 /// killed.
@@ -56,12 +61,16 @@ struct Shared {
     /// Cancelled when the process's stdio is of no more use (stdout ended
     /// or unreadable, stdin unwritable): the watcher stops it.
     unusable: CancellationToken,
+    /// Set off when the server says its tool list changed.
+    list_changed: Activator,
 }
 
 #[derive(Debug)]
 struct State {
     /// Requests waiting for their answers, by id.
     pending: HashMap<u64, oneshot::Sender<Value>>,
+    /// Where the notifications about a request go, by its id.
+    listeners: HashMap<u64, Listener>,
     /// Why no request can be made any more.
     closed: Option<String>,
     last_used: Instant,
@@ -90,12 +99,14 @@ impl Process {
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             state: Mutex::new(State {
                 pending: HashMap::new(),
+                listeners: HashMap::new(),
                 closed: None,
                 last_used: Instant::now(),
             }),
             next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
             unusable: unusable.clone(),
+            list_changed: spec.list_changed.clone(),
         });
         let stop = CancellationToken::new();
         let gone = CancellationToken::new();
@@ -149,12 +160,18 @@ impl Process {
     /// Sends a request and waits for its answer (or for the process to go
     /// away); the `result`.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, CallError> {
-        self.try_request(method, params).await.map_err(Failed::into_error)
+        self.try_request(method, params, None).await.map_err(Failed::into_error)
     }
 
     /// As [`Process::request`], telling a request that never reached the
-    /// process (it had gone already) from one that did.
-    pub async fn try_request(&self, method: &str, params: Value) -> Result<Value, Failed> {
+    /// process (it had gone already) from one that did; the server's
+    /// notifications about it go to `listener`.
+    pub async fn try_request(
+        &self,
+        method: &str,
+        params: Value,
+        listener: Option<&Listener>,
+    ) -> Result<Value, Failed> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
         let _busy = Busy::new(&self.shared, id);
@@ -164,6 +181,9 @@ impl Process {
                 return Err(Failed::NotSent(CallError::Unavailable(why.clone())));
             }
             state.pending.insert(id, answer);
+            if let Some(listener) = listener {
+                state.listeners.insert(id, listener.clone());
+            }
         }
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.shared.send(&message).await.map_err(Failed::NotSent)?;
@@ -249,6 +269,7 @@ impl Drop for Busy<'_> {
     fn drop(&mut self) {
         let mut state = self.shared.state();
         state.pending.remove(&self.id);
+        state.listeners.remove(&self.id);
         state.last_used = Instant::now();
         drop(state);
         self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -287,6 +308,7 @@ impl Shared {
         state.closed.get_or_insert(why);
         // Dropping the senders wakes the waiters, which read `closed`.
         state.pending.clear();
+        state.listeners.clear();
     }
 
     /// One line of the process's stdout.
@@ -339,11 +361,31 @@ impl Shared {
         });
     }
 
-    /// Where the server's notifications arrive (progress, log messages,
-    /// list changes). None is relayed to agents yet.
+    /// Where the server's notifications arrive. A tool list change sets
+    /// off the refresher; progress goes to the request whose token it
+    /// names; a log message, which names no request, goes to the request in
+    /// flight if there is only one (the process serves one tenant, but not
+    /// one agent); anything else is only traced.
     fn notified(&self, method: &str, params: Option<&Value>) {
         tracing::trace!(upstream = %self.upstream, method, ?params,
             "a stdio upstream's notification");
+        let listener = {
+            let state = self.state();
+            match method {
+                "notifications/progress" => {
+                    state.listeners.values().find(|l| l.is_mine(method, params)).cloned()
+                }
+                "notifications/message" if state.pending.len() == 1 => {
+                    state.listeners.values().next().cloned()
+                }
+                _ => None,
+            }
+        };
+        if method == "notifications/tools/list_changed" {
+            self.list_changed.activate();
+        } else if let Some(listener) = listener {
+            listener.offer(method, params);
+        }
     }
 }
 

@@ -348,4 +348,5 @@ async fn calls_outside_branches_are_counted_for_reporting() {
 }
 
 mod budget;
+mod notices;
 mod search;
