@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of each fuzz target into fuzz/seeds/<target>/.
+"""Writes the seed corpus of each fuzz target into target/fuzz-seeds/<target>/.
 
 The seeds are the inputs the test suite uses: the built-in and gitleaks
 rule files and the secret samples of crates/foldgate-scrub, the example
@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SEEDS = ROOT / "fuzz" / "seeds"
+SEEDS = ROOT / "target" / "fuzz-seeds"
 rng = random.Random(20261125)
 
 

@@ -13,7 +13,7 @@
 //!   output.
 #![no_main]
 
-use foldgate_scrub::{RuleSet, ScrubError};
+use foldgate_scrub::{RuleSet, ScrubError, fuzzing::unredacted};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
@@ -50,7 +50,7 @@ fuzz_target!(|input: &[u8]| {
                 found.iter().map(|(span, rule)| (&text[span.clone()], *rule)).collect();
             for (secret, rule) in secrets {
                 assert!(
-                    !shown.contains(secret),
+                    !shown.iter().any(|part| part.contains(secret)),
                     "{rule} reported {secret:?}, which survived in {:?}",
                     scrubbed.text
                 );
@@ -60,14 +60,3 @@ fuzz_target!(|input: &[u8]| {
         Err(e) => panic!("scrubbing failed: {e}"),
     }
 });
-
-/// The output with each redaction marker replaced by a NUL, so that a
-/// secret that happens to spell part of a marker is not taken for one that
-/// survived.
-fn unredacted(text: &str, rules: &RuleSet) -> String {
-    let mut text = text.to_owned();
-    for id in rules.rule_ids() {
-        text = text.replace(&format!("[REDACTED:{id}]"), "\0");
-    }
-    text
-}

@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use foldgate_scrub::{RuleSet, ScrubError};
+use foldgate_scrub::{RuleSet, ScrubError, fuzzing::unredacted};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 
@@ -48,15 +48,3 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(in_json.value["k"][1], json!(1));
     assert_eq!(in_json.report.total(), 2 * scrubbed.report.total());
 });
-
-/// The output's text between its redaction markers, so that a secret that
-/// happens to spell part of a marker, or to be spelled by the text on both
-/// sides of one, is not taken for one that survived.
-fn unredacted(text: &str, rules: &RuleSet) -> Vec<String> {
-    let mut parts = vec![text.to_owned()];
-    for id in rules.rule_ids() {
-        let marker = format!("[REDACTED:{id}]");
-        parts = parts.iter().flat_map(|p| p.split(marker.as_str()).map(str::to_owned)).collect();
-    }
-    parts
-}

@@ -29,6 +29,8 @@
 mod config;
 mod error;
 mod format;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod injection;
 mod invisible;
 mod json;
