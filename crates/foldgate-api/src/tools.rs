@@ -369,7 +369,12 @@ fn tool(t: FoldingTool) -> Tool {
 
 impl ServerHandler for FoldingTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
+        // Logging: the upstreams' log messages are relayed to the calls that
+        // ask for them (`crate::proxy`).
+        #[allow(deprecated, reason = "MCP log messages, which clients still read")]
+        let capabilities =
+            ServerCapabilities::builder().enable_logging().enable_tools().enable_tasks().build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("foldgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(if self.service.memory().is_some() {
                 [INSTRUCTIONS, MEMORY_INSTRUCTIONS].concat()
@@ -448,6 +453,18 @@ impl ServerHandler for FoldingTools {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         Err(ErrorData::method_not_found::<ListResourceTemplatesRequestMethod>())
+    }
+
+    /// Accepted and without effect: served statelessly, the gateway keeps
+    /// no level past a request. A request asks for log messages with the
+    /// `io.modelcontextprotocol/logLevel` key of its `_meta`.
+    #[allow(deprecated, reason = "logging/setLevel, which clients still send")]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     async fn complete(

@@ -6,16 +6,19 @@
 //! progress token of the gateway's own,
 //! unique to the call, never the agent's: calls that share a connection or
 //! a stdio process are told apart by it, and an agent cannot pick a token
-//! that reaches another agent's call. Log messages are handed on when the
+//! that reaches another agent's call; progress that does not increase is
+//! dropped, as MCP asks. Log messages are handed on when the
 //! agent's request named the least level it wants
 //! (`io.modelcontextprotocol/logLevel` in its `_meta`, as a stateless
 //! server takes it), at that level or above; the level goes to the
-//! upstream too. What comes back is checked against
-//! the MCP shapes, cut to [`MAX_TEXT`], and scrubbed of secrets (fail
-//! closed: a notice that cannot be scrubbed is dropped) before it is
-//! queued; a full queue drops it, since a notice only informs.
+//! upstream too. What comes back is checked against the MCP shapes,
+//! scrubbed of secrets whole (fail closed: a notice that cannot be
+//! scrubbed, or that is over [`MAX_SCRUBBED`], is dropped), then cut to
+//! [`MAX_TEXT`], before it is queued: cutting first could leave the start
+//! of a secret that the scrubber no longer recognises. A full queue drops a
+//! notice, since a notice only informs.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use foldgate_engine::Scrubber;
 use serde_json::{Value, json};
@@ -26,6 +29,9 @@ pub const QUEUE: usize = 64;
 /// The longest text a notice carries (a progress message; a log message's
 /// data, as JSON), in bytes; the rest is cut.
 pub const MAX_TEXT: usize = 2_048;
+/// The longest notification (its params as JSON, in bytes) that is
+/// scrubbed and relayed; a longer one is dropped whole.
+pub const MAX_SCRUBBED: usize = 64 * 1024;
 
 /// The MCP log levels, least severe first.
 pub const LOG_LEVELS: [&str; 8] =
@@ -62,6 +68,8 @@ pub struct Listener {
     sink: mpsc::Sender<Notice>,
     /// `None`: the upstream is not scrubbed (`scrub_results = false`).
     scrubber: Option<Arc<dyn Scrubber>>,
+    /// The progress last relayed.
+    last_progress: Arc<Mutex<Option<f64>>>,
 }
 
 impl Listener {
@@ -77,7 +85,7 @@ impl Listener {
     ) -> Self {
         let token = progress.then(|| format!("foldgate-{}", uuid::Uuid::new_v4().simple()));
         let min_log = min_log.and_then(|level| LOG_LEVELS.iter().position(|l| *l == level));
-        Self { token, min_log, sink, scrubber }
+        Self { token, min_log, sink, scrubber, last_progress: Arc::default() }
     }
 
     /// The least log level handed on, if log messages are.
@@ -108,8 +116,20 @@ impl Listener {
             _ => None,
         };
         let Some(notice) = notice else { return };
+        if params.and_then(|p| serde_json::to_string(p).ok()).is_none_or(|p| p.len() > MAX_SCRUBBED)
+        {
+            tracing::debug!("a notice of an upstream call was dropped: it is too long");
+            return;
+        }
+        if let Notice::Progress { progress, .. } = notice {
+            let mut last = self.last_progress.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|last| progress <= last) {
+                return;
+            }
+            *last = Some(progress);
+        }
         let Some(notice) = self.scrubbed(notice) else { return };
-        if self.sink.try_send(notice).is_err() {
+        if self.sink.try_send(bounded(notice)).is_err() {
             tracing::debug!("a notice of an upstream call was dropped: the agent is behind");
         }
     }
@@ -150,23 +170,36 @@ fn progress(params: &Value) -> Option<Notice> {
         None | Some(Value::Null) => None,
         Some(total) => Some(total.as_f64()?),
     };
-    let message = params.get("message").and_then(Value::as_str).map(cut);
+    let message = params.get("message").and_then(Value::as_str).map(str::to_owned);
     Some(Notice::Progress { progress, total, message })
 }
 
 fn log(params: &Value) -> Option<Notice> {
     let level = params.get("level").and_then(Value::as_str)?;
     let level = LOG_LEVELS.into_iter().find(|l| *l == level)?;
-    let logger = params.get("logger").and_then(Value::as_str).map(cut);
-    let data = params.get("data")?;
-    let data = match data {
-        Value::String(text) => Value::String(cut(text)),
-        other => {
-            let text = serde_json::to_string(other).ok()?;
-            if text.len() > MAX_TEXT { Value::String(cut(&text)) } else { other.clone() }
-        }
-    };
+    let logger = params.get("logger").and_then(Value::as_str).map(str::to_owned);
+    let data = params.get("data")?.clone();
     Some(Notice::Log { level, logger, data })
+}
+
+/// A scrubbed notice with each text within [`MAX_TEXT`]; log data longer
+/// than that as JSON becomes its JSON text, cut.
+fn bounded(notice: Notice) -> Notice {
+    match notice {
+        Notice::Progress { progress, total, message } => {
+            Notice::Progress { progress, total, message: message.as_deref().map(cut) }
+        }
+        Notice::Log { level, logger, data } => {
+            let data = match data {
+                Value::String(text) => Value::String(cut(&text)),
+                other => match serde_json::to_string(&other) {
+                    Ok(text) if text.len() > MAX_TEXT => Value::String(cut(&text)),
+                    _ => other,
+                },
+            };
+            Notice::Log { level, logger: logger.as_deref().map(cut), data }
+        }
+    }
 }
 
 /// `text` within [`MAX_TEXT`] bytes, cut at a character boundary and
@@ -250,6 +283,52 @@ mod tests {
             l.offer("notifications/message", Some(&json!({"level": "emergency", "data": 1})));
             assert!(rx.try_recv().is_err(), "no level asked, no log messages");
         }
+    }
+
+    #[test]
+    fn progress_that_does_not_increase_is_dropped() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let l = Listener::new(tx, true, None, None);
+        let token = l.token().unwrap().to_owned();
+        for progress in [1.0, 1.0, 0.5, 2.0] {
+            let params = json!({"progressToken": token, "progress": progress});
+            l.clone().offer("notifications/progress", Some(&params));
+        }
+        let seen: Vec<f64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|n| match n {
+                Notice::Progress { progress, .. } => progress,
+                Notice::Log { .. } => f64::NAN,
+            })
+            .collect();
+        assert_eq!(seen, [1.0, 2.0], "a clone shares what was relayed");
+    }
+
+    #[test]
+    fn a_secret_across_the_cut_is_scrubbed_before_it() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let scrubber = foldgate_engine::default_scrubber().unwrap();
+        let l = Listener::new(tx, true, Some("info"), Some(scrubber));
+        let token = l.token().unwrap().to_owned();
+        let secret = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
+        let text = format!("{} {secret} and more", "x".repeat(MAX_TEXT - 10));
+        let params = json!({"progressToken": token, "progress": 1, "message": text});
+        l.offer("notifications/progress", Some(&params));
+        let params = json!({"level": "info", "logger": text, "data": {"detail": text}});
+        l.offer("notifications/message", Some(&params));
+        let progress = rx.try_recv().unwrap();
+        let Notice::Progress { message: Some(message), .. } = progress else { panic!() };
+        let log = rx.try_recv().unwrap();
+        let Notice::Log { logger: Some(logger), data, .. } = log else { panic!() };
+        let data = data.as_str().unwrap().to_owned();
+        for shown in [message, logger, data] {
+            assert!(shown.ends_with("… [cut]"), "{shown}");
+            assert!(!shown.contains("ghp_R7"), "the start of the secret survived: {shown}");
+        }
+
+        // Too long to scrub inline: dropped whole.
+        let huge = json!({"level": "info", "data": "y".repeat(MAX_SCRUBBED)});
+        l.offer("notifications/message", Some(&huge));
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]

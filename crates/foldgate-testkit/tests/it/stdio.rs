@@ -120,6 +120,31 @@ impl Gateway {
         }
     }
 
+    /// Calls `probe__report` for `tenant` asking for progress and for log
+    /// messages at `debug` or above; the result and the notices relayed.
+    async fn report(&self, tenant: &str) -> (Value, Vec<Notice>) {
+        let who = agent(tenant);
+        let Lookup::Found(upstream, tool) = self.upstreams.lookup(&who, "probe__report") else {
+            panic!("probe__report is not found");
+        };
+        let (sink, mut notices) = tokio::sync::mpsc::channel(notice::QUEUE);
+        let call = UpstreamCall {
+            upstream: &upstream,
+            tool: &tool,
+            arguments: None,
+            meta: None,
+            relay: Some(Relay { sink: &sink, progress: true, min_log: Some("info") }),
+        };
+        let outside = CallTarget::Outside(None);
+        let Answer::Result(result) =
+            meter::call(&self.service, &who.0, &outside, call).await.unwrap()
+        else {
+            panic!("a JSON-RPC error");
+        };
+        let got = std::iter::from_fn(|| notices.try_recv().ok()).collect();
+        (serde_json::to_value(result).unwrap(), got)
+    }
+
     async fn whoami(&self, tenant: &str) -> (u32, u64) {
         let (text, error) = self.call(tenant, "whoami", json!({})).await;
         assert!(!error, "{text}");
@@ -362,25 +387,11 @@ async fn a_command_that_cannot_run_is_reported() {
 #[tokio::test]
 async fn progress_and_log_messages_of_a_call_reach_its_caller_scrubbed() {
     let gw = Gateway::start(probe(""), &[]).await;
-    let who = agent("acme");
-    let Lookup::Found(upstream, tool) = gw.upstreams.lookup(&who, "probe__report") else {
-        panic!("probe__report is not found");
-    };
-    let (sink, mut notices) = tokio::sync::mpsc::channel(notice::QUEUE);
-    let call = UpstreamCall {
-        upstream: &upstream,
-        tool: &tool,
-        arguments: None,
-        meta: None,
-        relay: Some(Relay { sink: &sink, progress: true, min_log: Some("info") }),
-    };
-    let answer = meter::call(&gw.service, &who.0, &CallTarget::Outside(None), call).await.unwrap();
-    let Answer::Result(result) = answer else { panic!("{answer:?}") };
-    assert_eq!(serde_json::to_value(&result).unwrap()["content"][0]["text"], "reported");
+    let (result, got) = gw.report("acme").await;
+    assert_eq!(result["content"][0]["text"], "reported");
 
     // Before the answer, in order: the call's own progress (not the stray
     // token's), and the warning (not the debug message), scrubbed.
-    let got: Vec<Notice> = std::iter::from_fn(|| notices.try_recv().ok()).collect();
     assert_eq!(got.len(), 3, "{got:?}");
     let reading =
         Notice::Progress { progress: 1.0, total: Some(3.0), message: Some("reading".into()) };
@@ -398,5 +409,26 @@ async fn progress_and_log_messages_of_a_call_reach_its_caller_scrubbed() {
 
     // A caller that wants nothing of it gets the same answer.
     assert_eq!(gw.call("acme", "report", json!({})).await, ("reported".into(), false));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_log_message_is_relayed_only_while_its_call_is_alone_in_its_process() {
+    let gw = Gateway::start(probe(""), &[]).await;
+    // Another call of the tenant's holds its one process meanwhile: a log
+    // message, which names no request, could be that call's.
+    let slow = gw.call("acme", "sleep", json!({"ms": 1500}));
+    let report = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gw.report("acme").await
+    };
+    let ((slept, _), (result, got)) = tokio::join!(slow, report);
+    assert_eq!(slept, "slept");
+    assert_eq!(result["content"][0]["text"], "reported");
+    assert_eq!(gw.pids(Some("acme")).await.len(), 1, "both calls went to one process");
+    assert!(
+        got.len() == 2 && got.iter().all(|n| matches!(n, Notice::Progress { .. })),
+        "progress only: {got:?}"
+    );
     gw.stop().await;
 }

@@ -174,7 +174,8 @@ impl Process {
     ) -> Result<Value, Failed> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
-        let _busy = Busy::new(&self.shared, id);
+        // MCP forbids cancelling `initialize`.
+        let _busy = Busy::new(&self.shared, id, method != "initialize");
         {
             let mut state = self.shared.state();
             if let Some(why) = &state.closed {
@@ -252,27 +253,45 @@ impl Failed {
 }
 
 /// A request in flight: counted, and its waiter removed when it ends
-/// (answered, failed or abandoned at the timeout).
-struct Busy<'a> {
-    shared: &'a Shared,
+/// (answered, failed or abandoned at the timeout). One abandoned
+/// unanswered is cancelled (`notifications/cancelled`), so that the server
+/// stops working on it and says nothing more of it that could be taken for
+/// another request's.
+struct Busy {
+    shared: Arc<Shared>,
     id: u64,
+    cancellable: bool,
 }
 
-impl<'a> Busy<'a> {
-    fn new(shared: &'a Shared, id: u64) -> Self {
+impl Busy {
+    fn new(shared: &Arc<Shared>, id: u64, cancellable: bool) -> Self {
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
-        Self { shared, id }
+        Self { shared: Arc::clone(shared), id, cancellable }
     }
 }
 
-impl Drop for Busy<'_> {
+impl Drop for Busy {
     fn drop(&mut self) {
         let mut state = self.shared.state();
-        state.pending.remove(&self.id);
+        let unanswered = state.pending.remove(&self.id).is_some() && state.closed.is_none();
         state.listeners.remove(&self.id);
         state.last_used = Instant::now();
         drop(state);
         self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if unanswered
+            && self.cancellable
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let shared = Arc::clone(&self.shared);
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": self.id, "reason": "the gateway stopped waiting"}});
+            runtime.spawn(async move {
+                if let Err(e) = shared.send(&cancel).await {
+                    tracing::debug!(upstream = %shared.upstream, error = %e,
+                        "could not cancel a request to a stdio upstream");
+                }
+            });
+        }
     }
 }
 
@@ -327,7 +346,12 @@ impl Shared {
             (Some(method), Some(id)) => self.answer_request(method, id.clone()),
             (Some(method), None) => self.notified(method, message.get("params")),
             (None, Some(id)) => {
-                let waiting = id.as_u64().and_then(|id| self.state().pending.remove(&id));
+                let waiting = id.as_u64().and_then(|id| {
+                    let mut state = self.state();
+                    // Nothing more is told of an answered request.
+                    state.listeners.remove(&id);
+                    state.pending.remove(&id)
+                });
                 match waiting {
                     // The waiter may have given up (timeout): nothing to do.
                     Some(waiter) => drop(waiter.send(Value::Object(message))),
@@ -375,8 +399,10 @@ impl Shared {
                 "notifications/progress" => {
                     state.listeners.values().find(|l| l.is_mine(method, params)).cloned()
                 }
+                // The one request still waiting for its answer, not one
+                // answered whose caller has not yet woken.
                 "notifications/message" if state.pending.len() == 1 => {
-                    state.listeners.values().next().cloned()
+                    state.pending.keys().next().and_then(|id| state.listeners.get(id)).cloned()
                 }
                 _ => None,
             }
