@@ -354,7 +354,8 @@ async fn a_session_end_stops_its_runs() {
     let ended = ok(&call(&agent, "session_end", json!({"session_id": "e"})).await);
     assert_eq!(ended["branches_ended"], 1);
     let result = task_result(&gw.url, &token, &id).await;
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    // Well before the model's reply, due in 30 s: the run did not wait for it.
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     assert_eq!(
         (result["status"].as_str(), result["reason"].as_str()),
         (Some("failed"), Some("session_ended"))
