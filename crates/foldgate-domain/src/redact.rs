@@ -37,10 +37,16 @@ pub fn redact_url(url: &str) -> String {
 
 /// Text with every URL in it redacted as [`redact_url`] does, for a
 /// message that quotes a value an operator gave (which may be, or hold, a
-/// URL with a password). A URL runs from its scheme to the first blank,
-/// quote, backslash, comma, semicolon or bracket.
+/// URL with a password). A URL's authority (where a password is) runs from
+/// its scheme to the first blank, double quote, backslash, angle bracket,
+/// `/`, `?` or `#`: quotes, brackets, commas and semicolons may be part of
+/// a password. Its path and query run on to the first blank, quote,
+/// backslash, comma, semicolon or closing bracket. A URL ends where
+/// another begins.
 pub fn redact_urls_in(text: &str) -> String {
     let starts = |c: char| c.is_whitespace() || "\"'`(<=,;".contains(c);
+    let authority_ends = |c: char| c.is_whitespace() || "\"\\<>/?#".contains(c);
+    let in_scheme = |c: char| c.is_ascii_alphanumeric() || "+.-".contains(c);
     let ends = |c: char| c.is_whitespace() || "\"'`)>,;\\".contains(c);
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -50,7 +56,23 @@ pub fn redact_urls_in(text: &str) -> String {
             .rev()
             .find(|(_, c)| starts(*c))
             .map_or(0, |(i, c)| i + c.len_utf8());
-        let end = rest[at + 3..].find(ends).map_or(rest.len(), |i| at + 3 + i);
+        let after = &rest[at + 3..];
+        let authority = after.find(authority_ends).unwrap_or(after.len());
+        let tail = &after[authority..];
+        let tail = if tail.starts_with(['/', '?', '#']) {
+            tail.find(ends).unwrap_or(tail.len())
+        } else {
+            0
+        };
+        let mut len = authority + tail;
+        if let Some(next) = after[..len].find("://") {
+            len = after[..next]
+                .char_indices()
+                .rev()
+                .find(|(_, c)| !in_scheme(*c))
+                .map_or(0, |(i, c)| i + c.len_utf8());
+        }
+        let end = at + 3 + len;
         out.push_str(&rest[..start]);
         out.push_str(&redact_url(&rest[start..end]));
         rest = &rest[end..];
@@ -89,6 +111,23 @@ mod tests {
         assert_eq!(redact_urls_in("no url here, ://"), "no url here, ://");
         assert_eq!(redact_urls_in("(https://h/x?token=t)"), "(https://h/x?token=***)");
         assert_eq!(redact_urls_in("é://u:p@h"), "é://u:***@h");
+        // Quotes and brackets may be part of a password; quoted URLs keep
+        // their quotes.
+        assert_eq!(
+            redact_urls_in(r#"issuers[0] "http://a'''b:p'w(d)@/realms": empty host"#),
+            r#"issuers[0] "http://a'''b:***@/realms": empty host"#
+        );
+        assert_eq!(
+            redact_urls_in("'http://u:pw@h' and (http://v:q@k)"),
+            "'http://u:***@h' and (http://v:***@k)"
+        );
+        assert_eq!(
+            redact_urls_in("http://u:p@h,http://v:q@k/x, https://w:r@l/y?token=t"),
+            "http://u:***@h,http://v:***@k/x, https://w:***@l/y?token=***"
+        );
+        assert_eq!(redact_urls_in("http://u:a,b;c@h/x"), "http://u:***@h/x");
+        assert_eq!(redact_urls_in("x://://y://u:p@h"), "x://://y://u:***@h");
+        assert_eq!(redact_urls_in("a://u:p@hé://v:q@k"), "a://u:***@hé://v:***@k");
     }
 
     #[test]

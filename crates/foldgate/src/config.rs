@@ -1328,6 +1328,13 @@ tenant_claim = "tid"
         let (_dir, path) = file("[api]\npublic_url = \"ftp://u:s3cret@h/mcp\"\n");
         let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert!(!e.contains("s3cret") && e.contains("public_url"), "{e}");
+        // A password with a quote in it, in a URL with no host.
+        let (_dir, path) = file(
+            "[[auth.issuers]]\nissuer = \"http://id'''p:s3'cret@/realms\"\ntenant_claim = \"t\"\n",
+        );
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!e.contains("cret"), "{e}");
+        assert!(e.contains("http://id'''p:***@/realms"), "{e}");
     }
 
     #[test]
