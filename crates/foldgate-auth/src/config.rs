@@ -380,7 +380,9 @@ impl AuthConfig {
             ));
         }
         for (i, entry) in self.issuers.iter().enumerate() {
-            let at = |e: String| format!("issuers[{i}] {:?}: {e}", entry.issuer);
+            let at = |e: String| {
+                format!("issuers[{i}] {:?}: {e}", foldgate_domain::redact_url(&entry.issuer))
+            };
             entry.validate().map_err(at)?;
             if self.issuers[..i].iter().any(|other| other.issuer == entry.issuer) {
                 return Err(at("the issuer is listed twice".into()));

@@ -38,14 +38,13 @@ pub fn redact_url(url: &str) -> String {
 /// Text with every URL in it redacted as [`redact_url`] does, for a
 /// message that quotes a value an operator gave (which may be, or hold, a
 /// URL with a password). A URL's authority (where a password is) runs from
-/// its scheme to the first blank, double quote, backslash, angle bracket,
-/// `/`, `?` or `#`: quotes, brackets, commas and semicolons may be part of
-/// a password. Its path and query run on to the first blank, quote,
-/// backslash, comma, semicolon or closing bracket. A URL ends where
-/// another begins.
+/// its scheme to the first blank, double quote, backslash, `/`, `?` or
+/// `#`: quotes, brackets, commas and semicolons may be part of a password.
+/// Its path and query run on to the first blank, quote, backslash, comma,
+/// semicolon or closing bracket. A URL ends where another begins.
 pub fn redact_urls_in(text: &str) -> String {
     let starts = |c: char| c.is_whitespace() || "\"'`(<=,;".contains(c);
-    let authority_ends = |c: char| c.is_whitespace() || "\"\\<>/?#".contains(c);
+    let authority_ends = |c: char| c.is_whitespace() || "\"\\/?#".contains(c);
     let in_scheme = |c: char| c.is_ascii_alphanumeric() || "+.-".contains(c);
     let ends = |c: char| c.is_whitespace() || "\"'`)>,;\\".contains(c);
     let mut out = String::with_capacity(text.len());
@@ -126,6 +125,7 @@ mod tests {
             "http://u:***@h,http://v:***@k/x, https://w:***@l/y?token=***"
         );
         assert_eq!(redact_urls_in("http://u:a,b;c@h/x"), "http://u:***@h/x");
+        assert_eq!(redact_urls_in("<http://a>b:p<q>@h>"), "<http://a>b:***@h>");
         assert_eq!(redact_urls_in("x://://y://u:p@h"), "x://://y://u:***@h");
         assert_eq!(redact_urls_in("a://u:p@hé://v:q@k"), "a://u:***@hé://v:***@k");
     }

@@ -128,10 +128,17 @@ impl RuleSet {
         active.iter().enumerate().filter_map(|(i, on)| on.then_some(i)).collect()
     }
 
+    /// The spans of the redaction markers of these rules in `text`. A
+    /// marker naming no rule of theirs is text like any other, so that a
+    /// secret cannot hide in something shaped like a marker.
+    fn markers(&self, text: &str) -> Vec<(usize, usize)> {
+        marker_spans(text, |id| self.rules.iter().any(|rule| rule.id == id))
+    }
+
     /// Every finding in `text`, unmerged and in no particular order.
     /// A span within a redaction marker is never a finding.
     pub(crate) fn find(&self, text: &str) -> Vec<Finding> {
-        let markers = marker_spans(text);
+        let markers = self.markers(text);
         let mut findings = Vec::new();
         for index in self.active_rules(text) {
             find_rule(&self.rules[index], index, text, &markers, &mut findings);
@@ -159,7 +166,7 @@ impl RuleSet {
         secrets: Option<&SecretIndex>,
         report: &mut Report,
     ) -> Result<String, ScrubError> {
-        let markers = marker_spans(text);
+        let markers = self.markers(text);
         if let Some(index) = secrets {
             index.add_occurrences(text, &markers, &mut findings);
         }
@@ -214,11 +221,11 @@ fn check_gap(
 /// Longest rule id a redaction marker is recognised with.
 const MAX_MARKER_ID: usize = 256;
 
-/// The spans of the redaction markers in `text`, in order. Their text is
-/// the scrubber's own: a rule that matches inside one (a letter of
-/// `REDACTED`, say) must not redact it again, or each pass would multiply
-/// the markers and the text.
-fn marker_spans(text: &str) -> Vec<(usize, usize)> {
+/// The spans of the redaction markers in `text` whose rule id is `known`,
+/// in order. Their text is the scrubber's own: a rule that matches inside
+/// one (a letter of `REDACTED`, say) must not redact it again, or each pass
+/// would multiply the markers and the text.
+fn marker_spans(text: &str, known: impl Fn(&str) -> bool) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut from = 0;
     while let Some(at) = text.get(from..).and_then(|rest| rest.find(MARKER_PREFIX)) {
@@ -227,7 +234,7 @@ fn marker_spans(text: &str) -> Vec<(usize, usize)> {
         let close =
             text.as_bytes()[id_from..].iter().take(MAX_MARKER_ID + 1).position(|&b| b == b']');
         match close.map(|c| id_from + c + 1) {
-            Some(end) if is_marker(&text[start..end]) => {
+            Some(end) if is_marker(&text[start..end]) && known(&text[id_from..end - 1]) => {
                 spans.push((start, end));
                 from = end;
             }
@@ -511,10 +518,11 @@ mod tests {
 
     #[test]
     fn markers_are_located_and_their_insides_skipped() {
-        let text = "a [REDACTED:x-1] b [REDACTED: c [REDACTED:] [REDACTED:y]";
-        let spans = marker_spans(text);
+        let text = "a [REDACTED:x-1] b [REDACTED: c [REDACTED:] [REDACTED:z] [REDACTED:y]";
+        let known = |id: &str| ["x-1", "y"].contains(&id);
+        let spans = marker_spans(text, known);
         let shown: Vec<&str> = spans.iter().map(|&(s, e)| &text[s..e]).collect();
-        assert_eq!(shown, ["[REDACTED:x-1]", "[REDACTED:y]"]);
+        assert_eq!(shown, ["[REDACTED:x-1]", "[REDACTED:y]"], "z names no rule");
         assert!(inside_marker(&spans, 3, 6));
         assert!(inside_marker(&spans, 2, 16));
         assert!(!inside_marker(&spans, 0, 3), "it begins before the marker");
@@ -522,9 +530,9 @@ mod tests {
         assert!(!inside_marker(&spans, 17, 18));
         let index = SecretIndex::from_values([(Some("RED"), 0)].into_iter()).unwrap().unwrap();
         let ok = "[REDACTED:y] ok";
-        assert!(check_gap(ok, 0, Some(&index), &marker_spans(ok)).is_ok());
+        assert!(check_gap(ok, 0, Some(&index), &marker_spans(ok, known)).is_ok());
         let leak = "[REDACTED:y] RED";
-        assert!(check_gap(leak, 0, Some(&index), &marker_spans(leak)).is_err());
+        assert!(check_gap(leak, 0, Some(&index), &marker_spans(leak, known)).is_err());
     }
 
     #[test]

@@ -1335,6 +1335,11 @@ tenant_claim = "tid"
         let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert!(!e.contains("cret"), "{e}");
         assert!(e.contains("http://id'''p:***@/realms"), "{e}");
+        let (_dir, path) = file(
+            "[[auth.issuers]]\nissuer = \"http://id>p:s3cret@/realms\"\ntenant_claim = \"t\"\n",
+        );
+        let e = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && e.contains("http://id>p:***@/realms"), "{e}");
     }
 
     #[test]

@@ -446,3 +446,18 @@ secretGroup = 1
     assert_eq!(scrubbed.text, format!("{marker}lpha {marker}eta {marker}amma ").repeat(200));
     assert!(rules.scrub_text(&scrubbed.text).unwrap().report.is_clean());
 }
+
+/// Something shaped like a marker but naming no rule is text like any
+/// other: a secret cannot hide in `[REDACTED:<secret>]` (found by fuzzing
+/// the gitleaks loader, whose rules' own markers are recognised and no
+/// other).
+#[test]
+fn a_secret_inside_a_marker_of_no_rule_is_redacted() {
+    let rules = RuleSet::builtin().unwrap();
+    let token = "ghp_R7kP2mX9qL4vN8wZ3tY6bH1cJ5dF0gS2aE7u";
+    for text in [format!("[REDACTED:{token}]"), format!("see [REDACTED:x] {token} [REDACTED:y]")] {
+        let scrubbed = rules.scrub_text(&text).unwrap();
+        assert!(!scrubbed.text.contains(token), "{}", scrubbed.text);
+        assert!(!scrubbed.report.is_clean(), "{text}");
+    }
+}
