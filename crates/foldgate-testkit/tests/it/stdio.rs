@@ -152,6 +152,16 @@ impl Gateway {
         (v["pid"].as_u64().unwrap() as u32, v["calls"].as_u64().unwrap())
     }
 
+    /// Waits until the gateway no longer counts `pid` among acme's live
+    /// processes.
+    async fn until_gone(&self, pid: u32) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.pids(Some("acme")).await.contains(&pid) {
+            assert!(Instant::now() < deadline, "the gateway still counts {pid} after 20 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn pids(&self, tenant: Option<&str>) -> Vec<u32> {
         let upstream = self.upstreams.snapshot()[0].clone();
         let tenant = tenant.map(|t| TenantId::parse(t).unwrap());
@@ -248,8 +258,11 @@ async fn a_process_that_dies_is_restarted_and_its_calls_fail_at_once() {
     let gw = Gateway::start(probe("timeout = 60"), &[]).await;
     let (first, _) = gw.whoami("acme").await;
     kill(first);
-    // The next call starts another process.
+    // Once the gateway has seen it die, the next call starts another
+    // process (a call made before that is in flight on the dead one, and
+    // fails, as below).
     gw.until(|_| !alive(first), "the killed process is gone").await;
+    gw.until_gone(first).await;
     let (second, calls) = gw.whoami("acme").await;
     assert_ne!(first, second);
     assert_eq!(calls, 1, "a fresh process");
