@@ -254,6 +254,43 @@ else
   fail "foldgate serve with an upstream did not start"
 fi
 
+# --- 4b. caller identity: an upstream that verifies foldgate's minted tokens ---------------
+log "caller identity: a Python SDK upstream verifies foldgate's minted tokens with its JWKS"
+read -r ID_UP_PORT ID_PORT ID_OPS_PORT < <(free_ports 3)
+ID_DIR=$(mktemp -d)
+TMPDIRS+=("$ID_DIR")
+"$VENV/bin/python" "$INTEROP/identity_upstream.py" --port "$ID_UP_PORT" \
+  --jwks "http://127.0.0.1:$ID_PORT/.well-known/jwks.json" >"$ID_DIR/upstream.log" 2>&1 &
+PIDS+=($!)
+cat >"$ID_DIR/foldgate.toml" <<TOML
+[[upstreams]]
+name = "whoami"
+url = "http://127.0.0.1:$ID_UP_PORT/mcp"
+identity = "token"
+refresh_interval = "1s"
+TOML
+ID_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+(cd "$ID_DIR" && exec env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$ID_SECRET" "$FOLDGATE" serve \
+  --config "$ID_DIR/foldgate.toml" --listen "127.0.0.1:$ID_PORT" --ops-listen "127.0.0.1:$ID_OPS_PORT" \
+  >"$ID_DIR/stdout" 2>"$ID_DIR/stderr") &
+PIDS+=($!)
+ID_PID=$!
+if wait_for_line "$ID_DIR" "$ID_PID" '^foldgate is serving MCP at ' 60; then
+  ID_TOKEN=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$ID_SECRET" FOLDGATE_LISTEN="127.0.0.1:$ID_PORT" \
+    "$FOLDGATE" token --tenant team-a --sub alice --ttl 30m)
+  ID_OTHER=$(env "${clean_env[@]}" FOLDGATE_JWT_SECRET="$ID_SECRET" FOLDGATE_LISTEN="127.0.0.1:$ID_PORT" \
+    "$FOLDGATE" token --tenant team-b --sub bob --scope fold:write --ttl 30m)
+  if (cd "$INTEROP" && timeout 120 "$VENV/bin/python" identity_client.py \
+    --url "http://127.0.0.1:$ID_PORT/mcp" --token "$ID_TOKEN" --other-token "$ID_OTHER"); then
+    pass "caller identity: a Python SDK upstream verified foldgate's minted tokens with PyJWT and the served JWKS, and answered each tenant's agent as itself"
+  else
+    fail "caller identity: an upstream verifying foldgate's minted tokens"
+    tail -n 20 "$ID_DIR/upstream.log" "$ID_DIR/stderr" || true
+  fi
+else
+  fail "foldgate serve with an identity upstream did not start"
+fi
+
 # --- 5. the history-folding helper, over the federation gateway ----------------------------
 log "fold helper: a scripted agent loop folds its history through foldgate"
 if grep -qE '^foldgate is serving MCP at ' "$FED_DIR/stdout" 2>/dev/null && kill -0 "$FED_PID" 2>/dev/null; then

@@ -36,7 +36,7 @@ use crate::{
     metrics::{self, ApiMetrics},
     tools::FoldingTools,
 };
-use foldgate_upstream::Upstreams;
+use foldgate_upstream::{Upstreams, identity::Signer};
 
 /// Everything the HTTP application needs.
 #[derive(Clone)]
@@ -64,6 +64,9 @@ pub struct Gateway {
     pub metrics: ApiMetrics,
     /// The identity provider operators sign in to the console with, if any.
     pub console_sign_in: Option<foldgate_console::OidcSignIn>,
+    /// Signs the tokens minted for upstreams; its public keys are served at
+    /// `/.well-known/jwks.json`.
+    pub signer: Arc<Signer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -149,6 +152,22 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
         async move { Json(metadata) }
     });
 
+    let key_set = serde_json::to_vec(gateway.signer.key_set())
+        .map_err(|e| format!("serialising the key set: {e}"))?;
+    let key_set = axum::body::Bytes::from(key_set);
+    let jwks_route = get(move || {
+        let key_set = key_set.clone();
+        async move {
+            (
+                [
+                    (http::header::CONTENT_TYPE, "application/json"),
+                    (http::header::CACHE_CONTROL, "public, max-age=300"),
+                ],
+                key_set,
+            )
+        }
+    });
+
     let request_id = HeaderName::from_static("x-request-id");
     Ok(Router::new()
         .route_service("/mcp", mcp_layers.service(mcp))
@@ -158,6 +177,7 @@ pub fn router(gateway: Gateway, driver: &mut Driver) -> Result<Router, String> {
         .route("/readyz", get(readyz))
         .route("/.well-known/oauth-protected-resource", metadata_route.clone())
         .route("/.well-known/oauth-protected-resource/mcp", metadata_route)
+        .route("/.well-known/jwks.json", jwks_route)
         .with_state(gateway.clone())
         .layer(
             ServiceBuilder::new()

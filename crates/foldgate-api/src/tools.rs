@@ -540,6 +540,7 @@ impl ServerHandler for FoldingTools {
                     upstream: &upstream,
                     tool: &tool,
                     arguments: request.arguments.as_ref(),
+                    scopes: &who.scopes,
                     meta: Some(meta),
                     relay: None,
                 };

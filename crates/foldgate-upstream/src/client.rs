@@ -5,8 +5,9 @@
 //! exactly as the upstream shaped them.
 
 use std::{
+    collections::HashMap,
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -17,7 +18,15 @@ use serde_json::{Map, Value, json};
 
 use foldgate_background::Activator;
 
-use super::{notice::Listener, oauth::TokenSource};
+use super::{
+    identity::{Identity, OnBehalf},
+    notice::Listener,
+    oauth::TokenSource,
+};
+
+/// Most sessions kept with one upstream (one per tenant that called it,
+/// and the gateway's own); the least recently used goes first.
+const MAX_SESSIONS: usize = 1024;
 
 /// The protocol version foldgate asks upstreams for.
 pub(crate) const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -51,6 +60,60 @@ struct Session {
     protocol: HeaderValue,
 }
 
+/// Whose session: a tenant's, or (`None`) the gateway's own.
+type SessionKey = Option<String>;
+
+/// A session, once its handshake is done. Requests that find the
+/// handshake under way wait for it.
+type SessionCell = Arc<tokio::sync::OnceCell<Arc<Session>>>;
+
+/// One upstream's sessions: one per tenant, never shared between two, and
+/// one for what the gateway asks for itself (tool listings).
+#[derive(Debug, Default)]
+struct Sessions {
+    slots: HashMap<SessionKey, (SessionCell, u64)>,
+    /// Counts uses, to find the least recently used.
+    clock: u64,
+}
+
+impl Sessions {
+    /// The session of `key`, perhaps not yet established.
+    fn slot(&mut self, key: &SessionKey) -> SessionCell {
+        self.clock += 1;
+        if let Some((cell, used)) = self.slots.get_mut(key) {
+            *used = self.clock;
+            return Arc::clone(cell);
+        }
+        if self.slots.len() >= MAX_SESSIONS {
+            let oldest = self.slots.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k);
+            if let Some(oldest) = oldest.cloned() {
+                self.slots.remove(&oldest);
+            }
+        }
+        let cell = SessionCell::default();
+        self.slots.insert(key.clone(), (Arc::clone(&cell), self.clock));
+        cell
+    }
+
+    /// Drops `key`'s session if it is still `session`.
+    fn forget(&mut self, key: &SessionKey, session: &Arc<Session>) {
+        let current = self.slots.get(key).and_then(|(cell, _)| cell.get());
+        if current.is_some_and(|c| Arc::ptr_eq(c, session)) {
+            self.slots.remove(key);
+        }
+    }
+}
+
+/// What the gateway sends an upstream to say who it is and who calls.
+#[derive(Debug)]
+pub(crate) struct Credentials {
+    /// Sent with every request (the upstream's `headers`).
+    pub headers: HeaderMap,
+    /// Its OAuth client-credentials grant's token source.
+    pub oauth: Option<TokenSource>,
+    pub identity: Identity,
+}
+
 /// One upstream's client. Cheap to share; requests run concurrently.
 #[derive(Debug)]
 pub(crate) struct McpClient {
@@ -58,10 +121,11 @@ pub(crate) struct McpClient {
     url: reqwest::Url,
     headers: HeaderMap,
     oauth: Option<TokenSource>,
+    /// What the upstream is told of who calls.
+    identity: Identity,
     timeout: Duration,
     max_bytes: usize,
-    session: RwLock<Option<Arc<Session>>>,
-    handshake: tokio::sync::Mutex<()>,
+    sessions: Mutex<Sessions>,
     next_id: AtomicU64,
     /// Set off when the upstream says its tool list changed.
     list_changed: Activator,
@@ -77,8 +141,7 @@ impl McpClient {
     pub fn new(
         http: reqwest::Client,
         url: reqwest::Url,
-        headers: HeaderMap,
-        oauth: Option<TokenSource>,
+        Credentials { headers, oauth, identity }: Credentials,
         timeout: Duration,
         max_bytes: usize,
         list_changed: Activator,
@@ -88,10 +151,10 @@ impl McpClient {
             url,
             headers,
             oauth,
+            identity,
             timeout,
             max_bytes,
-            session: RwLock::new(None),
-            handshake: tokio::sync::Mutex::new(()),
+            sessions: Mutex::default(),
             next_id: AtomicU64::new(1),
             list_changed,
         }
@@ -110,11 +173,12 @@ impl McpClient {
     /// Every tool the upstream lists (following pagination).
     pub async fn list_tools(&self) -> Result<Vec<Value>, CallError> {
         let none = HeaderMap::new();
-        list_pages(|params| self.request("tools/list", params, &none, None)).await
+        list_pages(|params| self.request("tools/list", params, &none, None, None)).await
     }
 
-    /// Calls a tool; the raw `result` object. What the upstream sends about
-    /// the call on the way goes to `listener`.
+    /// Calls a tool for `caller`, in the caller's tenant's session; the raw
+    /// `result` object. What the upstream sends about the call on the way
+    /// goes to `listener`.
     pub async fn call_tool(
         &self,
         name: &str,
@@ -122,30 +186,39 @@ impl McpClient {
         meta: Option<&Map<String, Value>>,
         extra: &HeaderMap,
         listener: Option<&Listener>,
+        caller: Option<&OnBehalf<'_>>,
     ) -> Result<Value, CallError> {
-        self.request("tools/call", call_params(name, arguments, meta), extra, listener).await
+        let params = call_params(name, arguments, meta);
+        self.request("tools/call", params, extra, listener, caller).await
     }
 
-    /// A request with the handshake done first, redone once if the upstream
-    /// lost the session, and with a fresh token once if it refused ours.
+    /// A request in the session of `caller`'s tenant (the gateway's own
+    /// without one), telling the upstream who calls as its `identity` says:
+    /// the handshake done first, redone once if the upstream lost the
+    /// session, and with a fresh token once if it refused ours.
     async fn request(
         &self,
         method: &str,
         params: Value,
         extra: &HeaderMap,
         listener: Option<&Listener>,
+        caller: Option<&OnBehalf<'_>>,
     ) -> Result<Value, CallError> {
+        let key: SessionKey = caller.map(|c| c.principal.tenant.as_str().to_owned());
         let work = async {
             let mut retried = false;
             loop {
-                let session = self.session().await?;
+                let who = self.identity.headers(caller).map_err(CallError::Unavailable)?;
+                let session = self.session(&key, &who).await?;
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                 let message =
                     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-                match self.post(&message, Some(&session), extra, listener).await {
+                let mut headers = extra.clone();
+                headers.extend(who);
+                match self.post(&message, Some(&session), &headers, listener).await {
                     Err(Retry::SessionLost) | Err(Retry::Unauthorized) if !retried => {
                         retried = true;
-                        self.forget(&session).await;
+                        self.forget(&key, &session).await;
                     }
                     Err(Retry::SessionLost) => {
                         return Err(CallError::Unavailable("the upstream lost the session".into()));
@@ -173,40 +246,24 @@ impl McpClient {
         })
     }
 
-    /// The established session, doing the handshake if there is none.
-    async fn session(&self) -> Result<Arc<Session>, CallError> {
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        let _one_at_a_time = self.handshake.lock().await;
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        let session = Arc::new(self.initialize().await?);
-        *self.session.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Arc::clone(&session));
-        Ok(session)
+    /// `key`'s established session, doing the handshake (as `who`) if there
+    /// is none.
+    async fn session(&self, key: &SessionKey, who: &HeaderMap) -> Result<Arc<Session>, CallError> {
+        let cell = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).slot(key);
+        let session = cell.get_or_try_init(|| async { self.initialize(who).await.map(Arc::new) });
+        session.await.cloned()
     }
 
-    fn current(&self) -> Option<Arc<Session>> {
-        self.session.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-
-    /// Drops a session (if it is still the current one) and a refused token.
-    async fn forget(&self, session: &Arc<Session>) {
-        {
-            let mut current =
-                self.session.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
-                *current = None;
-            }
-        }
+    /// Drops `key`'s session (if it is still `session`) and a refused token.
+    async fn forget(&self, key: &SessionKey, session: &Arc<Session>) {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).forget(key, session);
         if let Some(oauth) = &self.oauth {
             oauth.invalidate().await;
         }
     }
 
-    async fn initialize(&self) -> Result<Session, CallError> {
+    /// The handshake, as `who`.
+    async fn initialize(&self, who: &HeaderMap) -> Result<Session, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let message = json!({
             "jsonrpc": "2.0", "id": id, "method": "initialize",
@@ -216,10 +273,8 @@ impl McpClient {
                 "clientInfo": {"name": "foldgate", "version": env!("CARGO_PKG_VERSION")},
             },
         });
-        let (answer, session_id) = self
-            .post_raw(&message, None, &HeaderMap::new(), None)
-            .await
-            .map_err(Retry::into_error)?;
+        let (answer, session_id) =
+            self.post_raw(&message, None, who, None).await.map_err(Retry::into_error)?;
         let Answer::Message(response) = answer else {
             return Err(CallError::Unavailable("initialize was not answered".into()));
         };
@@ -233,9 +288,7 @@ impl McpClient {
             })?;
         let session = Session { id: session_id, protocol: version };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.post(&initialized, Some(&session), &HeaderMap::new(), None)
-            .await
-            .map_err(Retry::into_error)?;
+        self.post(&initialized, Some(&session), who, None).await.map_err(Retry::into_error)?;
         Ok(session)
     }
 

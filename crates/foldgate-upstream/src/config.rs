@@ -9,6 +9,8 @@ use foldgate_domain::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::identity::{self, IdentityMode};
+
 /// The scope a token needs to see and call an upstream's tools unless the
 /// upstream names another: upstream calls are charged to branches.
 pub const DEFAULT_UPSTREAM_SCOPE: &str = "fold:write";
@@ -120,6 +122,19 @@ pub struct UpstreamConfig {
     /// fetches, caches and sends as `Authorization: Bearer …`.
     #[serde(default)]
     pub oauth: Option<OAuthClientCredentials>,
+    /// How the upstream learns who each call is made for: `none`,
+    /// `headers` (the `Foldgate-*` headers, only to an https or loopback
+    /// url) or `token` (a JWT the gateway mints; see `[identity]`).
+    #[serde(default, skip_serializing_if = "is_none_mode")]
+    pub identity: IdentityMode,
+    /// The `aud` of the tokens minted for it (`identity = "token"`); its
+    /// `url` if omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_audience: Option<String>,
+}
+
+fn is_none_mode(mode: &IdentityMode) -> bool {
+    *mode == IdentityMode::None
 }
 
 /// An OAuth 2.0 client-credentials grant (RFC 6749 §4.4).
@@ -242,6 +257,8 @@ impl fmt::Debug for UpstreamConfig {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("oauth", &self.oauth)
+            .field("identity", &self.identity)
+            .field("identity_audience", &self.identity_audience)
             .finish()
     }
 }
@@ -369,7 +386,53 @@ impl UpstreamConfig {
                 return Err("oauth.client_id is empty".into());
             }
         }
+        self.check_identity()?;
         Ok(())
+    }
+
+    /// `identity` and `identity_audience` fit the rest.
+    fn check_identity(&self) -> Result<(), String> {
+        if self.identity_audience.is_some() && self.identity != IdentityMode::Token {
+            return Err("identity_audience is only used with identity = \"token\"".into());
+        }
+        if self.identity_audience.as_deref().is_some_and(|a| a.trim().is_empty()) {
+            return Err("identity_audience is empty: omit it to use the url".into());
+        }
+        if self.identity == IdentityMode::None {
+            return Ok(());
+        }
+        let Some(url) = &self.url else {
+            return Err("identity: only an upstream with a url (HTTP) is told who calls".into());
+        };
+        match self.identity {
+            IdentityMode::Headers => {
+                let private = reqwest::Url::parse(url).is_ok_and(|u| identity::private_path(&u));
+                if !private {
+                    return Err("identity = \"headers\" sends who calls in plain headers: \
+                                only to an https or loopback url"
+                        .into());
+                }
+            }
+            IdentityMode::Token => {
+                if self.oauth.is_some() {
+                    return Err("identity = \"token\" conflicts with oauth: both send \
+                                Authorization"
+                        .into());
+                }
+                if self.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+                    return Err(
+                        "identity = \"token\" conflicts with an Authorization header".into()
+                    );
+                }
+            }
+            IdentityMode::None => {}
+        }
+        Ok(())
+    }
+
+    /// The `aud` of tokens minted for it.
+    pub fn audience(&self) -> &str {
+        self.identity_audience.as_deref().or(self.url.as_deref()).unwrap_or(&self.name)
     }
 }
 
@@ -489,8 +552,19 @@ pub fn check_credential(field: &str, value: &str, prefix: &str) -> Result<(), St
 }
 
 /// Headers that belong to the MCP transport.
-const RESERVED_HEADERS: &[&str] =
-    &["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "content-length", "host"];
+const RESERVED_HEADERS: &[&str] = &[
+    "content-type",
+    "accept",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "content-length",
+    "host",
+    // Who calls (`identity = "headers"`): never a fixed value.
+    "foldgate-tenant",
+    "foldgate-subject",
+    "foldgate-scope",
+    "foldgate-branch",
+];
 
 fn check_url(field: &str, url: &str) -> Result<(), String> {
     let shown = redact_url(url);
@@ -594,6 +668,57 @@ mod tests {
         assert!(
             bad("url = \"http://h\"\n[upstreams.headers]\nAuthorization = \"x\"\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"c\"\nclient_secret = \"s\"")
                 .contains("oauth")
+        );
+    }
+
+    #[test]
+    fn identity_fits_the_rest_of_the_declaration() {
+        let check = |src: &str| toml_upstream(&format!("name = \"f\"\n{src}")).validate();
+        let refused = |src: &str| check(src).unwrap_err().to_string();
+        for fine in [
+            "url = \"https://repo.example/mcp\"\nidentity = \"headers\"",
+            "url = \"http://127.0.0.1:9000/mcp\"\nidentity = \"headers\"",
+            "url = \"http://localhost:9000/mcp\"\nidentity = \"headers\"",
+            "url = \"http://repo.example/mcp\"\nidentity = \"token\"",
+            "url = \"http://h/mcp\"\nidentity = \"token\"\nidentity_audience = \"urn:repo\"",
+            "url = \"http://h/mcp\"\nidentity = \"none\"",
+        ] {
+            check(fine).unwrap_or_else(|e| panic!("{fine}: {e}"));
+        }
+        assert!(
+            refused("url = \"http://repo.example/mcp\"\nidentity = \"headers\"")
+                .contains("only to an https or loopback url")
+        );
+        assert!(
+            refused("url = \"http://h\"\nidentity = \"token\"\n[upstreams.oauth]\ntoken_url = \"http://t\"\nclient_id = \"c\"\nclient_secret = \"s\"")
+                .contains("conflicts with oauth")
+        );
+        assert!(
+            refused("url = \"http://h\"\nidentity = \"token\"\n[upstreams.headers]\nauthorization = \"x\"")
+                .contains("conflicts with an Authorization header")
+        );
+        assert!(
+            refused("url = \"http://h\"\nidentity_audience = \"urn:x\"")
+                .contains("identity_audience is only used with identity = \"token\"")
+        );
+        assert!(
+            refused("url = \"http://h\"\nidentity = \"token\"\nidentity_audience = \" \"")
+                .contains("identity_audience is empty")
+        );
+        assert!(
+            refused("command = [\"srv\"]\nidentity = \"token\"")
+                .contains("only an upstream with a url (HTTP) is told who calls")
+        );
+        assert!(
+            refused("url = \"https://h\"\nidentity = \"headers\"\n[upstreams.headers]\nFoldgate-Tenant = \"acme\"")
+                .contains("set by foldgate itself")
+        );
+        let audience =
+            |src: &str| toml_upstream(&format!("name = \"f\"\n{src}")).audience().to_owned();
+        assert_eq!(audience("url = \"http://h/mcp\"\nidentity = \"token\""), "http://h/mcp");
+        assert_eq!(
+            audience("url = \"http://h/mcp\"\nidentity = \"token\"\nidentity_audience = \"urn:r\""),
+            "urn:r"
         );
     }
 

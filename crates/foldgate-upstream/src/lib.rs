@@ -14,6 +14,7 @@
 
 mod client;
 mod config;
+pub mod identity;
 pub mod meter;
 pub mod metrics;
 pub mod notice;

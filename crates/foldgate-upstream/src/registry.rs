@@ -15,8 +15,9 @@ use tracing::{Instrument as _, field::Empty};
 
 use super::{
     NAMESPACE_SEPARATOR, UpstreamConfig,
-    client::{CallError, McpClient},
+    client::{CallError, Credentials, McpClient},
     config::expand_env,
+    identity::{Identity, IdentityMode, OnBehalf, Signer},
     notice::Listener,
     oauth::{Grant, TokenSource},
     stdio::{Spec, StdioClient},
@@ -173,8 +174,10 @@ impl Upstream {
         }
     }
 
-    /// Calls a tool by its upstream name on behalf of `tenant` (a stdio
-    /// upstream uses one of the tenant's own processes); the raw `result`.
+    /// Calls a tool by its upstream name for `caller` (a stdio upstream
+    /// uses one of the tenant's own processes, an HTTP upstream the tenant's
+    /// own session, told who calls as its `identity` says); the raw
+    /// `result`.
     ///
     /// The call is a client span (`tools/call <tool>`) whose context goes to
     /// the upstream both as the W3C `traceparent`/`tracestate` headers and
@@ -183,13 +186,14 @@ impl Upstream {
     /// trace. The call is timed into `mcp.client.operation.duration`.
     pub(crate) async fn call(
         &self,
-        tenant: &TenantId,
+        caller: &OnBehalf<'_>,
         tool: &UpstreamTool,
         arguments: Option<&Map<String, Value>>,
         meta: Option<&Map<String, Value>>,
         headers: &HeaderMap,
         listener: Option<&Listener>,
     ) -> Result<Value, CallError> {
+        let tenant = &caller.principal.tenant;
         let name = &tool.upstream_name;
         let span = tracing::info_span!(
             "mcp.client",
@@ -226,7 +230,7 @@ impl Upstream {
         let result = match &self.transport {
             Transport::Http(client) => {
                 client
-                    .call_tool(name, arguments, meta.as_ref(), &headers, listener)
+                    .call_tool(name, arguments, meta.as_ref(), &headers, listener, Some(caller))
                     .instrument(span.clone())
                     .await
             }
@@ -413,6 +417,8 @@ pub struct Upstreams {
 struct Builder {
     http: reqwest::Client,
     metrics: UpstreamMetrics,
+    /// Signs the tokens of upstreams with `identity = "token"`.
+    signer: Option<Arc<Signer>>,
 }
 
 impl Builder {
@@ -477,11 +483,18 @@ impl Builder {
         };
         let url = config.url.as_deref().ok_or("url is not set")?;
         let url = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+        if config.identity == IdentityMode::Token && self.signer.is_none() {
+            return Err("identity = \"token\": the gateway has no signing key".into());
+        }
+        let identity = Identity {
+            mode: config.identity,
+            audience: config.audience().to_owned(),
+            signer: self.signer.clone(),
+        };
         Ok(McpClient::new(
             self.http.clone(),
             url,
-            headers,
-            oauth,
+            Credentials { headers, oauth, identity },
             config.timeout,
             config.max_response_bytes,
             list_changed,
@@ -523,7 +536,11 @@ impl Default for Upstreams {
             current: RwLock::new(Arc::from([])),
             configured: Vec::new(),
             registered: Mutex::default(),
-            builder: Builder { http: reqwest::Client::new(), metrics: UpstreamMetrics::noop() },
+            builder: Builder {
+                http: reqwest::Client::new(),
+                metrics: UpstreamMetrics::noop(),
+                signer: None,
+            },
             spawner: OnceLock::new(),
             rules: OnceLock::new(),
             tenants: OnceLock::new(),
@@ -538,12 +555,14 @@ impl Upstreams {
     }
 
     /// Builds the clients of the configuration's upstreams, resolving
-    /// `${VAR}`s with `env`, recording into `metrics`. Nothing is contacted
-    /// until the driver starts ([`Upstreams::register`]).
+    /// `${VAR}`s with `env`, recording into `metrics`, minting the tokens of
+    /// upstreams with `identity = "token"` with `signer`. Nothing is
+    /// contacted until the driver starts ([`Upstreams::register`]).
     pub fn new(
         configs: &[UpstreamConfig],
         env: impl Fn(&str) -> Option<String>,
         metrics: &UpstreamMetrics,
+        signer: Option<Arc<Signer>>,
     ) -> Result<Arc<Self>, String> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -551,7 +570,7 @@ impl Upstreams {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("building the upstream HTTP client: {e}"))?;
-        let builder = Builder { http, metrics: metrics.clone() };
+        let builder = Builder { http, metrics: metrics.clone(), signer };
         let mut configured: Vec<Arc<Upstream>> = Vec::with_capacity(configs.len());
         for config in configs {
             let at = |e: String| format!("upstream {:?}: {e}", config.name);

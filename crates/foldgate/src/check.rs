@@ -10,6 +10,8 @@
 use anyhow::Context as _;
 use foldgate_store::ConnectOptions;
 
+use foldgate_api::upstream::identity::{IdentityMode, Signer};
+
 use crate::config::{AuthMode, Config};
 
 /// Checks what parsing cannot; one line per thing checked, or the first
@@ -30,6 +32,7 @@ pub async fn deep_check(config: &Config, connect: bool) -> anyhow::Result<Vec<St
     if config.auth_mode == AuthMode::Jwt && config.has_key_source() {
         lines.extend(check_auth(config, connect).await?);
     }
+    lines.extend(check_identity(config)?);
     if connect {
         let shown = config.database_url.to_string();
         let options = ConnectOptions { max_connections: 1, ..config.connect_options() };
@@ -79,6 +82,34 @@ async fn check_auth(config: &Config, connect: bool) -> anyhow::Result<Vec<String
         checks.len(),
         each.join("\n")
     ))
+}
+
+/// The key that signs the tokens minted for upstreams, read as `serve`
+/// reads it: a line on it when one is configured or an upstream wants
+/// tokens.
+fn check_identity(config: &Config) -> anyhow::Result<Option<String>> {
+    let signer = Signer::load(&config.identity).map_err(|e| anyhow::anyhow!("identity: {e}"))?;
+    let minted = config.upstreams.iter().any(|u| u.identity == IdentityMode::Token);
+    let previous = if config.identity.previous_key_file.is_some() {
+        ", the previous key published too"
+    } else {
+        ""
+    };
+    Ok(if !signer.is_ephemeral() {
+        Some(format!(
+            "identity: upstream tokens are signed with {:?} key {}{previous}",
+            signer.algorithm(),
+            signer.key_id()
+        ))
+    } else if minted {
+        Some(
+            "identity: upstream tokens are signed with a key each process makes at start-up \
+             (set [identity] signing_key_file to share one)"
+                .to_owned(),
+        )
+    } else {
+        None
+    })
 }
 
 /// `check-config`'s line on the upstreams: names, URLs and tenants, never

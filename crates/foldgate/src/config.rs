@@ -19,7 +19,7 @@ use foldgate_admin::AdminConfig;
 use foldgate_api::{
     ApiConfig,
     auth::AuthConfig,
-    upstream::{UpstreamConfig, expand_env},
+    upstream::{UpstreamConfig, expand_env, identity::IdentityConfig},
 };
 use foldgate_console::{ConsoleConfig, OidcSignIn, OidcToken};
 use foldgate_domain::{
@@ -91,6 +91,7 @@ impl std::fmt::Debug for Config {
             scrub,
             telemetry,
             upstreams,
+            identity,
             models,
             runner,
             memory,
@@ -112,6 +113,7 @@ impl std::fmt::Debug for Config {
             .field("scrub", &UrlsRedacted(scrub))
             .field("telemetry", &UrlsRedacted(telemetry))
             .field("upstreams", &UrlsRedacted(upstreams))
+            .field("identity", identity)
             .field("models", &UrlsRedacted(models))
             .field("runner", &UrlsRedacted(runner))
             .field("memory", &UrlsRedacted(memory))
@@ -167,6 +169,9 @@ pub struct Config {
     /// Upstream MCP servers whose tools agents reach through foldgate
     /// (`[[upstreams]]`, config file only).
     pub upstreams: Vec<UpstreamConfig>,
+    /// The key that signs the tokens minted for upstreams with
+    /// `identity = "token"` (`[identity]`).
+    pub identity: IdentityConfig,
     /// Model providers that gateway-run branches (`branch_run`) run on
     /// (`[[models]]`, config file only).
     pub models: Vec<ModelConfig>,
@@ -196,6 +201,7 @@ impl Default for Config {
             scrub: ScrubConfig::default(),
             telemetry: TelemetryConfig::default(),
             upstreams: Vec::new(),
+            identity: IdentityConfig::default(),
             models: Vec::new(),
             runner: RunnerConfig::default(),
             memory: MemoryConfig::default(),
@@ -241,6 +247,9 @@ const STRING_SETTINGS: &[&[&str]] = &[
     &["console", "oidc_client_id"],
     &["console", "oidc_issuer"],
     &["console", "oidc_resource"],
+    &["identity", "signing_key_file"],
+    &["identity", "previous_key_file"],
+    &["identity", "issuer"],
 ];
 
 /// The sections with settings renamed when durations took units, and
@@ -369,6 +378,7 @@ impl Config {
         section("telemetry", self.telemetry.validate())?;
         section("runner", self.runner.validate())?;
         section("memory", self.memory.validate())?;
+        section("identity", self.identity.validate().map_err(ConfigError::new))?;
         if self.auth_mode == AuthMode::Jwt && self.has_key_source() {
             section("auth", self.auth.validate())?;
         }
@@ -1124,6 +1134,7 @@ tenant_claim = "tid"
             ("memory", "embeddings_timeout", MS, |c| c.memory.embeddings_timeout),
             ("retention", "branches", DAY, |c| c.retention.branches),
             ("database", "acquire_timeout", S, |c| c.database.acquire_timeout),
+            ("identity", "token_ttl", S, |c| c.identity.token_ttl),
         ];
         // (TOML value, environment value, the duration for a unit)
         type Of = fn(Duration) -> Duration;

@@ -8,7 +8,7 @@ use foldgate_api::metrics::{self, ApiMetrics};
 use foldgate_api::{
     Gateway,
     auth::{self, AuthState, Authenticator, Secret},
-    upstream::Upstreams,
+    upstream::{Upstreams, identity::Signer},
 };
 use foldgate_background::{BackgroundTask as _, Driver, StopOrder};
 use foldgate_engine::{
@@ -181,9 +181,15 @@ pub async fn start(
 
     let shutdown = CancellationToken::new();
     let api_metrics = ApiMetrics::new(&meter);
-    let upstreams =
-        Upstreams::new(&config.upstreams, |var| std::env::var(var).ok(), &api_metrics.upstream)
-            .map_err(anyhow::Error::msg)?;
+    let signer =
+        Arc::new(Signer::load(&config.identity).map_err(|e| anyhow::anyhow!("[identity] {e}"))?);
+    let upstreams = Upstreams::new(
+        &config.upstreams,
+        |var| std::env::var(var).ok(),
+        &api_metrics.upstream,
+        Some(Arc::clone(&signer)),
+    )
+    .map_err(anyhow::Error::msg)?;
     upstreams.restrict_with(Arc::clone(service.tenant_rules()));
     upstreams.start_series(&tenant_series);
     metrics::observe_upstreams(&meter, &upstreams);
@@ -226,6 +232,7 @@ pub async fn start(
             shutdown: shutdown.clone(),
             metrics: api_metrics,
             console_sign_in,
+            signer,
         },
         &mut driver,
     )

@@ -253,6 +253,14 @@ The configuration file: .Values.config with what the chart decides merged in.
 {{- $_ = set $auth "public_key_file" (include "foldgate.publicKeyPath" .) }}
 {{- $_ = set $config "auth" $auth }}
 {{- end }}
+{{- with .Values.identity.existingSigningKeySecret }}
+{{- $identity := $config.identity | default dict }}
+{{- $_ = set $identity "signing_key_file" "/etc/foldgate/identity/signing-key.pem" }}
+{{- if $.Values.identity.previousKeySecretKey }}
+{{- $_ = set $identity "previous_key_file" "/etc/foldgate/identity/previous-key.pem" }}
+{{- end }}
+{{- $_ = set $config "identity" $identity }}
+{{- end }}
 {{- if .Values.scrubRules }}
 {{- $scrub := $config.scrub | default dict }}
 {{- $_ = set $scrub "rules_file" "/etc/foldgate/scrub-rules.toml" }}

@@ -156,6 +156,7 @@ impl Runner {
         repeated: bool,
     ) -> Result<bool, Stop> {
         let principal = Principal::new(branch.tenant.clone(), branch.owner.clone());
+        let scopes: BTreeSet<String> = run.scopes.iter().cloned().collect();
         let target = CallTarget::Branch(Box::new(branch.clone()));
         // Each call's step is written as soon as it is answered, so that a
         // replica dying meanwhile repeats only the calls still in flight.
@@ -165,7 +166,8 @@ impl Runner {
         let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
         let calling = futures::future::join_all(calls.iter().enumerate().map(|(i, call)| {
             let span = tracing::info_span!("run.step", kind = "tool", tool = %call.name);
-            let (principal, target, answered) = (&principal, &target, answered.clone());
+            let (principal, scopes, target) = (&principal, &scopes, &target);
+            let answered = answered.clone();
             async move {
                 let started = Instant::now();
                 let (content, error, exhausted) = if i >= MAX_CALLS_PER_ANSWER {
@@ -175,7 +177,7 @@ impl Runner {
                         false,
                     )
                 } else {
-                    self.call_tool(principal, target, tools, call).await
+                    self.call_tool(principal, scopes, target, tools, call).await
                 };
                 // The writer is gone only if it failed: the run stops anyway.
                 let _ = answered.send((call, content, error, exhausted, started.elapsed()));
@@ -233,6 +235,7 @@ impl Runner {
     pub(super) async fn call_tool(
         &self,
         principal: &Principal,
+        scopes: &BTreeSet<String>,
         target: &CallTarget,
         tools: &HashMap<String, (Arc<Upstream>, Arc<UpstreamTool>)>,
         call: &Call,
@@ -252,7 +255,7 @@ impl Runner {
                 false,
             );
         }
-        let call = UpstreamCall { upstream, tool, arguments, meta: None, relay: None };
+        let call = UpstreamCall { upstream, tool, arguments, scopes, meta: None, relay: None };
         match meter::call(&self.service, principal, target, call).await {
             Ok(Answer::Result(result)) => {
                 let report = result.meta.as_ref().and_then(|m| m.0.get(meter::METERING_META_KEY));

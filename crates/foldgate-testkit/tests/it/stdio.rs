@@ -3,6 +3,7 @@
 //! calls made through the one metered path.
 
 use std::{
+    collections::BTreeSet,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -64,7 +65,7 @@ impl Gateway {
     /// tools are listed; `${VAR}`s resolve from `vars`.
     async fn start(config: UpstreamConfig, vars: &'static [(&'static str, &'static str)]) -> Self {
         let env = |var: &str| vars.iter().find(|(k, _)| *k == var).map(|(_, v)| (*v).to_owned());
-        let upstreams = Upstreams::new(&[config], env, &UpstreamMetrics::noop()).unwrap();
+        let upstreams = Upstreams::new(&[config], env, &UpstreamMetrics::noop(), None).unwrap();
         let mut driver = Driver::new(&opentelemetry::global::meter("stdio-test"));
         upstreams.register(&mut driver);
         let driver = driver.start();
@@ -111,6 +112,7 @@ impl Gateway {
             upstream: &upstream,
             tool: &tool,
             arguments: args.as_object(),
+            scopes: &BTreeSet::new(),
             meta: None,
             relay: None,
         };
@@ -132,6 +134,7 @@ impl Gateway {
             upstream: &upstream,
             tool: &tool,
             arguments: None,
+            scopes: &BTreeSet::new(),
             meta: None,
             relay: Some(Relay { sink: &sink, progress: true, min_log: Some("info") }),
         };
@@ -365,7 +368,7 @@ async fn a_command_that_cannot_run_is_reported() {
     let config = parse(
         "name = \"probe\"\ncommand = [\"/nonexistent/mcp-server\", \"--flag\"]\nrefresh_interval = 1",
     );
-    let upstreams = Upstreams::new(&[config], |_| None, &UpstreamMetrics::noop()).unwrap();
+    let upstreams = Upstreams::new(&[config], |_| None, &UpstreamMetrics::noop(), None).unwrap();
     let mut driver = Driver::new(&opentelemetry::global::meter("stdio-test"));
     upstreams.register(&mut driver);
     let driver = driver.start();
@@ -387,7 +390,7 @@ async fn a_command_that_cannot_run_is_reported() {
 
     // A `${VAR}` of `env` that is not set stops the gateway from starting.
     let unset = probe("[upstreams.env]\nTOKEN = \"${PROBE_UNSET}\"");
-    let error = Upstreams::new(&[unset], |_| None, &UpstreamMetrics::noop()).unwrap_err();
+    let error = Upstreams::new(&[unset], |_| None, &UpstreamMetrics::noop(), None).unwrap_err();
     assert!(error.contains("env.TOKEN") && error.contains("PROBE_UNSET"), "{error}");
 
     // The admin API may not register one.

@@ -18,7 +18,7 @@
 //! item for clients that read only content, which is what clients hand
 //! their models): it is charged once, as its content.
 
-use std::{sync::Arc, time::Instant};
+use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use foldgate_domain::{BranchId, ErrorCode, Principal, Tokens};
 use foldgate_engine::{
@@ -32,6 +32,7 @@ use tracing::{Instrument as _, Span, field::Empty};
 
 use crate::{
     CallError, Upstream, UpstreamTool,
+    identity::OnBehalf,
     notice::{Listener, Relay},
 };
 
@@ -47,6 +48,9 @@ pub struct UpstreamCall<'a> {
     pub upstream: &'a Upstream,
     pub tool: &'a UpstreamTool,
     pub arguments: Option<&'a Map<String, Value>>,
+    /// The scopes of the caller's token (or of a gateway-run branch's
+    /// grant), told to upstreams that want to know who calls.
+    pub scopes: &'a BTreeSet<String>,
     /// The request's `_meta`, if any; what belongs to foldgate and to the
     /// caller's own connection is not forwarded.
     pub meta: Option<&'a Map<String, Value>>,
@@ -135,7 +139,7 @@ async fn forward(
     call: UpstreamCall<'_>,
     span: Span,
 ) -> Result<Answer, CallFailure> {
-    let UpstreamCall { upstream, tool, arguments, meta, relay } = call;
+    let UpstreamCall { upstream, tool, arguments, scopes, meta, relay } = call;
     // A tenant that spent its token quota calls nothing more.
     service.tenant_rules().check_quota(&who.tenant, service.clock().now())?;
     let scrubber = service.scrubber();
@@ -165,9 +169,17 @@ async fn forward(
         Listener::new(relay.sink.clone(), relay.progress, relay.min_log, scrubber)
     });
     let forwarded_meta = forwarded_meta(meta, listener.as_ref());
+    let caller = OnBehalf {
+        principal: who,
+        scopes,
+        branch: match target {
+            CallTarget::Branch(branch) => Some(branch.id),
+            CallTarget::Outside(_) => None,
+        },
+    };
     let answer = upstream
         .call(
-            &who.tenant,
+            &caller,
             tool,
             arguments,
             forwarded_meta.as_ref(),

@@ -348,5 +348,6 @@ async fn calls_outside_branches_are_counted_for_reporting() {
 }
 
 mod budget;
+mod identity;
 mod notices;
 mod search;
