@@ -13,6 +13,9 @@
 #      the same server registered and removed through the admin API) is
 #      listed, called, metered and folded through foldgate by the Python SDK client; a slow
 #      tool's progress and log messages reach the client's callbacks.
+#   4b. caller identity: a Python SDK upstream (identity_upstream.py) declared with
+#      `identity = "token"` verifies each token foldgate mints for it with PyJWT and the key set
+#      foldgate serves at /.well-known/jwks.json, and answers two tenants' agents as themselves.
 #   5. the history-folding helper (integrations/python/foldgate_fold.py): a scripted agent loop
 #      over the same gateway and upstream opens nested branches, calls the upstream inside them
 #      (metered to them) and folds them out of its own message history, including branches
