@@ -19,13 +19,13 @@ use serde_json::{Map, Value, json};
 use foldgate_background::Activator;
 
 use super::{
-    identity::{Identity, OnBehalf},
+    identity::{Identity, IdentityMode, OnBehalf},
     notice::Listener,
     oauth::TokenSource,
 };
 
-/// Most sessions kept with one upstream (one per tenant that called it,
-/// and the gateway's own); the least recently used goes first.
+/// Most sessions kept with one upstream (one per tenant, or user, that
+/// called it, and the gateway's own); the least recently used goes first.
 const MAX_SESSIONS: usize = 1024;
 
 /// The protocol version foldgate asks upstreams for.
@@ -60,15 +60,18 @@ struct Session {
     protocol: HeaderValue,
 }
 
-/// Whose session: a tenant's, or (`None`) the gateway's own.
-type SessionKey = Option<String>;
+/// Whose session: a tenant's (a user's of the tenant, when the upstream is
+/// told who calls), or (`None`) the gateway's own.
+type SessionKey = Option<(String, Option<String>)>;
 
 /// A session, once its handshake is done. Requests that find the
 /// handshake under way wait for it.
 type SessionCell = Arc<tokio::sync::OnceCell<Arc<Session>>>;
 
-/// One upstream's sessions: one per tenant, never shared between two, and
-/// one for what the gateway asks for itself (tool listings).
+/// One upstream's sessions: one per tenant, never shared between two (one
+/// per user of a tenant when the upstream is told who calls: a session it
+/// binds to the user who opened it serves no other), and one for what the
+/// gateway asks for itself (tool listings).
 #[derive(Debug, Default)]
 struct Sessions {
     slots: HashMap<SessionKey, (SessionCell, u64)>,
@@ -192,8 +195,9 @@ impl McpClient {
         self.request("tools/call", params, extra, listener, caller).await
     }
 
-    /// A request in the session of `caller`'s tenant (the gateway's own
-    /// without one), telling the upstream who calls as its `identity` says:
+    /// A request in the session of `caller`'s tenant, or of the caller when
+    /// the upstream is told who calls (the gateway's own without a caller),
+    /// telling the upstream who calls as its `identity` says:
     /// the handshake done first, redone once if the upstream lost the
     /// session, and with a fresh token once if it refused ours.
     async fn request(
@@ -204,7 +208,11 @@ impl McpClient {
         listener: Option<&Listener>,
         caller: Option<&OnBehalf<'_>>,
     ) -> Result<Value, CallError> {
-        let key: SessionKey = caller.map(|c| c.principal.tenant.as_str().to_owned());
+        let told = self.identity.mode != IdentityMode::None;
+        let key: SessionKey = caller.map(|c| {
+            let subject = told.then(|| c.principal.subject.as_str().to_owned());
+            (c.principal.tenant.as_str().to_owned(), subject)
+        });
         let work = async {
             let mut retried = false;
             loop {

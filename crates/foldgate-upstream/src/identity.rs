@@ -25,7 +25,9 @@ use foldgate_domain::{BranchId, Principal, duration};
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 use jsonwebtoken::{
     Algorithm, DecodingKey, EncodingKey, Header,
-    jwk::{Jwk, JwkSet, KeyAlgorithm, PublicKeyUse, ThumbprintHash},
+    jwk::{
+        AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse, ThumbprintHash,
+    },
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -41,6 +43,10 @@ pub const IDENTITY_BRANCH_HEADER: HeaderName = HeaderName::from_static("foldgate
 
 /// The claim of a minted token that names the branch.
 pub const BRANCH_CLAIM: &str = "foldgate_branch";
+
+/// How far in the past a minted token's `iat` and `nbf` are put, so that an
+/// upstream whose clock is behind the gateway's still accepts it.
+const CLOCK_SKEW: i64 = 30;
 
 /// How an upstream learns who a call is made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -226,9 +232,10 @@ impl Signer {
 
     /// A token for `audience`, for `caller` (or for the gateway itself).
     ///
-    /// Claims: `iss`, `aud`, `sub`, `iat`, `nbf`, `exp`, `jti`, and for a
-    /// caller `tenant`, `scope` (space-separated) and, when the call is
-    /// charged to a branch, `foldgate_branch`.
+    /// Claims: `iss`, `aud`, `sub`, `iat` and `nbf` (30 s ago, against
+    /// clock skew), `exp` (now plus the lifetime), `jti`, and for a caller
+    /// `tenant`, `scope` (space-separated) and, when the call is charged to
+    /// a branch, `foldgate_branch`.
     pub fn mint(&self, audience: &str, caller: Option<&OnBehalf<'_>>) -> Result<String, String> {
         if self.ephemeral && !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -242,8 +249,8 @@ impl Signer {
         let mut claims = Map::new();
         claims.insert("iss".into(), self.issuer.clone().into());
         claims.insert("aud".into(), audience.into());
-        claims.insert("iat".into(), now.into());
-        claims.insert("nbf".into(), now.into());
+        claims.insert("iat".into(), (now - CLOCK_SKEW).into());
+        claims.insert("nbf".into(), (now - CLOCK_SKEW).into());
         claims.insert("exp".into(), (now + ttl).into());
         claims.insert("jti".into(), uuid::Uuid::new_v4().to_string().into());
         match caller {
@@ -324,6 +331,11 @@ fn public_key(pem: &[u8]) -> Result<Jwk, String> {
     for (alg, key) in tried {
         let Ok(key) = key else { continue };
         let mut jwk = Jwk::from_decoding_key(&key, Some(alg)).map_err(|e| e.to_string())?;
+        if let AlgorithmParameters::EllipticCurve(ec) = &jwk.algorithm
+            && ec.curve != EllipticCurve::P256
+        {
+            return Err(format!("only P-256 EC keys are supported, not {:?}", ec.curve));
+        }
         identify(&mut jwk)?;
         return Ok(jwk);
     }

@@ -568,6 +568,9 @@ impl Upstreams {
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
+            // A redirect would carry the request's headers (the caller's
+            // identity among them) to wherever it points, over any scheme.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("building the upstream HTTP client: {e}"))?;
         let builder = Builder { http, metrics: metrics.clone(), signer };

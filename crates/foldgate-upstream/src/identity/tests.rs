@@ -81,7 +81,12 @@ fn tokens_of_each_key_type_verify_with_the_served_key_set() {
         assert_eq!(claims["tenant"], "acme");
         assert_eq!(claims["scope"], "fold:write repo:read");
         assert_eq!(claims[BRANCH_CLAIM], branch.to_string());
-        assert_eq!(claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(), 300);
+        // Issued and valid from 30 s ago, against clock skew; for the lifetime from now.
+        let now = chrono::Utc::now().timestamp();
+        let iat = claims["iat"].as_i64().unwrap();
+        assert!((now - 32..=now - 29).contains(&iat), "{iat} against {now}");
+        assert_eq!(claims["nbf"], claims["iat"]);
+        assert_eq!(claims["exp"].as_i64().unwrap() - iat, 330);
         let again = signer.mint("https://repo.example/mcp", Some(&caller)).unwrap();
         assert_ne!(
             verify(signer.key_set(), &again, "https://repo.example/mcp")["jti"],
@@ -165,13 +170,26 @@ fn unusable_keys_are_refused_clearly() {
     assert!(error.starts_with("signing_key_file "), "{error}");
     assert!(error.contains("Ed25519, P-256 or RSA"), "{error}");
 
-    let p384 = {
-        use p384::pkcs8::{EncodePrivateKey, LineEnding};
-        p384::SecretKey::random(&mut rand_core::OsRng).to_pkcs8_pem(LineEnding::LF).unwrap()
+    let (p384, p384_public) = {
+        use p384::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+        let key = p384::SecretKey::random(&mut rand_core::OsRng);
+        let public = key.public_key().to_public_key_pem(LineEnding::LF).unwrap();
+        (key.to_pkcs8_pem(LineEnding::LF).unwrap().to_string(), public)
     };
     let file = key_file(&p384);
     let error = Signer::load(&file.config).unwrap_err();
     assert!(error.contains("only P-256"), "{error}");
+    // Nor as the previous key, private or public: it would be published as ES256.
+    for previous in [p384, p384_public] {
+        let signing = key_file(&ed25519_pem());
+        let old = key_file(&previous);
+        let config = IdentityConfig {
+            previous_key_file: old.config.signing_key_file.clone(),
+            ..signing.config.clone()
+        };
+        let error = Signer::load(&config).unwrap_err();
+        assert!(error.starts_with("previous_key_file ") && error.contains("P-256"), "{error}");
+    }
 
     let missing = IdentityConfig {
         signing_key_file: Some("/nonexistent/key.pem".into()),

@@ -1,6 +1,6 @@
 //! Who calls, told to upstreams: a token the gateway mints and the
 //! upstream verifies with the key set the gateway serves, or the
-//! `Foldgate-*` headers; and a session per tenant, never shared.
+//! `Foldgate-*` headers; and a session per user, never shared.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -36,8 +36,13 @@ const AUDIENCE: &str = "urn:foldgate-test:whoami";
 #[derive(Debug, Clone)]
 struct Seen {
     tenant: Option<String>,
+    sub: Option<String>,
     session: Option<String>,
 }
+
+/// A tenant and subject, as an upstream saw them (none for the gateway's
+/// own requests in headers).
+type User = (Option<String>, Option<String>);
 
 /// What the upstream's front door knows: where the gateway's key set is
 /// (set once the gateway runs), and what it let in.
@@ -76,7 +81,8 @@ async fn front_door(State(door): State<Arc<Door>>, mut req: Request, next: Next)
         },
         None => told,
     };
-    let seen = Seen { tenant: who["tenant"].as_str().map(str::to_owned), session };
+    let (tenant, sub) = (who["tenant"].as_str(), who["sub"].as_str());
+    let seen = Seen { tenant: tenant.map(str::to_owned), sub: sub.map(str::to_owned), session };
     door.seen.lock().unwrap().push(seen);
     req.extensions_mut().insert(Who(who));
     next.run(req).await
@@ -219,6 +225,7 @@ async fn upstreams_learn_who_calls_from_a_minted_token_or_headers() {
     })
     .await;
     let bob = client(&gw.url, &gw.token("globex", "bob", &["fold:write"]), Era::Legacy).await;
+    let carol = client(&gw.url, &gw.token("acme", "carol", &["fold:write"]), Era::Legacy).await;
 
     // Each caller is answered as itself.
     let seen = whoami_of(&call(&alice, "minted__whoami", json!({})).await);
@@ -230,6 +237,8 @@ async fn upstreams_learn_who_calls_from_a_minted_token_or_headers() {
         (&seen["tenant"], &seen["sub"], &seen["scope"]),
         (&json!("globex"), &json!("bob"), &json!("fold:write"))
     );
+    let seen = whoami_of(&call(&carol, "minted__whoami", json!({})).await);
+    assert_eq!((&seen["tenant"], &seen["sub"]), (&json!("acme"), &json!("carol")));
 
     // Inside a branch, the token names it.
     let created = ok(&call(
@@ -249,22 +258,33 @@ async fn upstreams_learn_who_calls_from_a_minted_token_or_headers() {
     assert_eq!(seen, expected);
     let seen = whoami_of(&call(&bob, "told__whoami", json!({})).await);
     assert_eq!((&seen["tenant"], &seen["branch"]), (&json!("globex"), &Value::Null));
+    let seen = whoami_of(&call(&carol, "told__whoami", json!({})).await);
+    assert_eq!((&seen["tenant"], &seen["sub"]), (&json!("acme"), &json!("carol")));
 
-    // A session per tenant, and one for the gateway's own listings: no
-    // session is used by two of them.
-    let mut owners: HashMap<String, BTreeSet<Option<String>>> = HashMap::new();
+    // A session per user (the upstreams are told who calls, and may bind
+    // a session to the user who opened it), and one for the gateway's own
+    // listings: no session is used by two of them.
+    let mut owners: HashMap<String, BTreeSet<User>> = HashMap::new();
     for s in door.seen.lock().unwrap().iter() {
         if let Some(session) = &s.session {
-            owners.entry(session.clone()).or_default().insert(s.tenant.clone());
+            owners.entry(session.clone()).or_default().insert((s.tenant.clone(), s.sub.clone()));
         }
     }
-    for (session, tenants) in &owners {
-        assert_eq!(tenants.len(), 1, "session {session} is shared by {tenants:?}");
+    for (session, users) in &owners {
+        assert_eq!(users.len(), 1, "session {session} is shared by {users:?}");
     }
-    let tenants: BTreeSet<_> = owners.values().flatten().cloned().collect();
-    let expected: BTreeSet<_> = [None, Some("acme".to_owned()), Some("globex".to_owned())].into();
-    assert_eq!(tenants, expected);
-    // Two upstreams, each with three sessions.
-    assert_eq!(owners.len(), 6, "{owners:?}");
+    let users: BTreeSet<_> = owners.values().flatten().cloned().collect();
+    let user = |t: &str, s: &str| (Some(t.to_owned()), Some(s.to_owned()));
+    let expected: BTreeSet<_> = [
+        (None, None),                        // the headers upstream's listings
+        (None, Some("foldgate".to_owned())), // the token upstream's listings
+        user("acme", "alice"),
+        user("acme", "carol"),
+        user("globex", "bob"),
+    ]
+    .into();
+    assert_eq!(users, expected);
+    // Two upstreams, each with four sessions: alice's, carol's, bob's and its own.
+    assert_eq!(owners.len(), 8, "{owners:?}");
     gw.stop().await;
 }
