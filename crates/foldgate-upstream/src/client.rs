@@ -576,6 +576,49 @@ fn event_data(event: &[u8]) -> Option<Value> {
 mod tests {
     use super::*;
 
+    fn established() -> Arc<Session> {
+        Arc::new(Session { id: None, protocol: HeaderValue::from_static(PROTOCOL_VERSION) })
+    }
+
+    #[test]
+    fn sessions_are_kept_per_key_and_the_least_recently_used_goes() {
+        let mut sessions = Sessions::default();
+        let key = |i: usize| Some((format!("tenant-{i}"), None));
+        let first = sessions.slot(&key(0));
+        assert!(Arc::ptr_eq(&first, &sessions.slot(&key(0))), "one slot per key");
+        assert!(!Arc::ptr_eq(&first, &sessions.slot(&None)), "the gateway's own is apart");
+        let alice = Some(("acme".to_owned(), Some("alice".to_owned())));
+        let bob = Some(("acme".to_owned(), Some("bob".to_owned())));
+        assert!(!Arc::ptr_eq(&sessions.slot(&alice), &sessions.slot(&bob)), "and each user's");
+        // Four so far: tenant 0's, the gateway's, alice's and bob's.
+        for i in 1..=MAX_SESSIONS - 4 {
+            sessions.slot(&key(i));
+            // Tenant 0 keeps being used; tenant 1 is left alone.
+            sessions.slot(&key(0));
+        }
+        assert_eq!(sessions.slots.len(), MAX_SESSIONS);
+        sessions.slot(&key(MAX_SESSIONS));
+        assert_eq!(sessions.slots.len(), MAX_SESSIONS, "bounded");
+        assert!(Arc::ptr_eq(&first, &sessions.slot(&key(0))), "the used one stays");
+        assert!(!sessions.slots.contains_key(&None), "the least recently used went first");
+        assert!(sessions.slots.contains_key(&key(1)) && sessions.slots.contains_key(&alice));
+        sessions.slot(&key(MAX_SESSIONS + 1));
+        assert!(!sessions.slots.contains_key(&alice), "then the next least recently used");
+    }
+
+    #[test]
+    fn a_session_is_forgotten_only_while_it_is_the_current_one() {
+        let mut sessions = Sessions::default();
+        let key = Some(("acme".to_owned(), None));
+        let (old, new) = (established(), established());
+        sessions.slot(&key).set(Arc::clone(&new)).unwrap();
+        // A request that failed on the session before it is not the current one's.
+        sessions.forget(&key, &old);
+        assert!(sessions.slot(&key).get().is_some_and(|s| Arc::ptr_eq(s, &new)));
+        sessions.forget(&key, &new);
+        assert!(sessions.slot(&key).get().is_none(), "a handshake is due");
+    }
+
     #[test]
     fn sse_events_are_split_and_matched() {
         let mut r = SseReader::default();

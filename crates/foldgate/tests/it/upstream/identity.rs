@@ -288,3 +288,44 @@ async fn upstreams_learn_who_calls_from_a_minted_token_or_headers() {
     assert_eq!(owners.len(), 8, "{owners:?}");
     gw.stop().await;
 }
+
+/// Counts the requests it gets and answers each with `status`, pointing
+/// (`Location`) at `to`; its URL.
+async fn counting(hits: Arc<AtomicUsize>, status: StatusCode, to: String) -> String {
+    let app = Router::new().fallback(move || {
+        let (hits, to) = (Arc::clone(&hits), to.clone());
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            (status, [(axum::http::header::LOCATION, to)], "")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test]
+async fn an_upstreams_redirect_is_not_followed() {
+    // An upstream that redirects elsewhere would have the gateway send the
+    // caller's identity (and its credentials) there, over any scheme.
+    let elsewhere = Arc::new(AtomicUsize::new(0));
+    let target = counting(Arc::clone(&elsewhere), StatusCode::NOT_FOUND, String::new()).await;
+    let redirected = Arc::new(AtomicUsize::new(0));
+    let url = counting(Arc::clone(&redirected), StatusCode::TEMPORARY_REDIRECT, target).await;
+    let config = upstream_config(&format!(
+        "[[upstreams]]\nname = \"moved\"\nurl = \"{url}\"\nidentity = \"headers\"\n\
+         refresh_interval = 1\n[upstreams.headers]\nAuthorization = \"Bearer moved-secret\"\n"
+    ));
+    let gw = TestGateway::with_upstreams(Backend::Sqlite, vec![config]).await;
+    // The gateway tries to list its tools, and retries.
+    for _ in 0..100 {
+        if redirected.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(redirected.load(Ordering::SeqCst) >= 3, "the upstream was asked again and again");
+    assert_eq!(elsewhere.load(Ordering::SeqCst), 0, "nothing went where it pointed");
+    gw.stop().await;
+}
