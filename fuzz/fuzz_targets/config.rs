@@ -24,10 +24,11 @@ static FILE: LazyLock<tempfile::NamedTempFile> =
     LazyLock::new(|| tempfile::NamedTempFile::new().expect("a temporary file"));
 
 /// Whether a setting or variable holds a secret by its name. An address
-/// (`token_url`, `jwks_url`) is not one, though its password is.
+/// (`token_url`, `jwks_url`) is not one, though its password is; nor is a
+/// lifetime or a count about tokens (`token_ttl`, `token_cache_entries`).
 fn secret_name(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    !name.ends_with("url")
+    !["url", "ttl", "entries"].iter().any(|s| name.ends_with(s))
         && ["secret", "password", "api_key", "token"].iter().any(|s| name.contains(s))
 }
 
