@@ -25,9 +25,7 @@ use foldgate_domain::{BranchId, Principal, duration};
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 use jsonwebtoken::{
     Algorithm, DecodingKey, EncodingKey, Header,
-    jwk::{
-        AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse, ThumbprintHash,
-    },
+    jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, PublicKeyUse, ThumbprintHash},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -62,8 +60,9 @@ pub enum IdentityMode {
     Token,
 }
 
-/// The gateway's signing key for minted tokens (`[identity]`).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// The gateway's signing key for minted tokens (`[identity]`): paths and
+/// names only, nothing secret.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IdentityConfig {
     /// A PEM private key (Ed25519, P-256 or RSA) that signs minted tokens.
@@ -89,17 +88,6 @@ impl Default for IdentityConfig {
             issuer: "foldgate".to_owned(),
             token_ttl: Duration::from_secs(300),
         }
-    }
-}
-
-impl std::fmt::Debug for IdentityConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdentityConfig")
-            .field("signing_key_file", &self.signing_key_file)
-            .field("previous_key_file", &self.previous_key_file)
-            .field("issuer", &self.issuer)
-            .field("token_ttl", &self.token_ttl)
-            .finish()
     }
 }
 
@@ -352,9 +340,6 @@ fn published(key: &EncodingKey, alg: Algorithm) -> Result<Jwk, String> {
 fn identify(jwk: &mut Jwk) -> Result<(), String> {
     jwk.common.key_id = Some(jwk.thumbprint(ThumbprintHash::SHA256).map_err(|e| e.to_string())?);
     jwk.common.public_key_use = Some(PublicKeyUse::Signature);
-    if jwk.common.key_algorithm.is_none() {
-        jwk.common.key_algorithm = Some(KeyAlgorithm::EdDSA);
-    }
     Ok(())
 }
 
